@@ -1,0 +1,5 @@
+import sys
+
+from fastci.cli import main
+
+sys.exit(main())

@@ -1,0 +1,208 @@
+"""The `fastci` command line: the front door that composes the runner (and, later, the app).
+
+Exit codes (stable; scripts may rely on them):
+  0  success (for `run`: every selected blocking test passed)
+  1  tests failed (`run`, `record`)
+  2  usage error: bad arguments, unknown test id, invalid configuration
+  3  git error: not a repository, unknown revision
+  4  evidence store error: corrupt, foreign or unwritable store
+  5  pytest could not run (internal error, interrupted, no tests collected)
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import sys
+from typing import Sequence
+
+from fastci import __version__
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_GIT, EXIT_STORE, EXIT_PYTEST = 0, 1, 2, 3, 4, 5
+
+
+class CliError(Exception):
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _progress(quiet: bool):
+    def say(message: str) -> None:
+        if not quiet:
+            print(f"fastci: {message}…", file=sys.stderr, flush=True)
+    return say
+
+
+def _split_pytest_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []
+
+
+def _engine(args):
+    from fastci.runner.engine import Engine  # noqa: PLC0415
+
+    return Engine(args.repo, args.store, progress=_progress(getattr(args, "quiet", False)))
+
+
+def cmd_record(args, pytest_args) -> int:
+    engine = _engine(args)
+    code = engine.record(pytest_args)
+    if code in (0, 1):
+        return code
+    raise CliError(f"pytest exited with code {code}; nothing was recorded"
+                   if code != 5 else "pytest collected no tests; nothing was recorded",
+                   EXIT_PYTEST)
+
+
+def cmd_select(args, pytest_args) -> int:
+    from fastci.render import selection_table  # noqa: PLC0415
+
+    engine = _engine(args)
+    planned = engine.plan(args.base, args.head or "WORKTREE")
+    sel = planned.selection
+    if args.format == "json":
+        out = sel.to_json()
+        out["summary"]["selection_seconds"] = round(planned.seconds, 4)
+        print(json.dumps(out, indent=2))
+    elif args.format == "ids":
+        for d in sel.selected:
+            print(d.test_id)
+    else:
+        print(selection_table(sel, show_skipped=args.show_skipped))
+        print(f"(decided in {planned.seconds * 1000:.0f} ms)")
+    return EXIT_OK
+
+
+def cmd_run(args, pytest_args) -> int:
+    from fastci.render import run_summary, selection_table  # noqa: PLC0415
+    from fastci.runner.engine import RunError  # noqa: PLC0415
+
+    engine = _engine(args)
+    try:
+        report = engine.run(args.base, pytest_args, run_all=args.all)
+    except RunError as exc:
+        raise CliError(str(exc), EXIT_PYTEST) from None
+    print(selection_table(report.selection, limit=20))
+    print(run_summary(report))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(report.to_json(), fh, indent=2)
+    code = report.extra.get("pytest_exit_code", 0)
+    if report.failures:
+        return EXIT_FAILED
+    if code in (0, 5):  # 5: everything was deselected, which is a valid selection
+        return EXIT_OK
+    raise CliError(f"pytest exited with code {code}", EXIT_PYTEST)
+
+
+def cmd_explain(args, pytest_args) -> int:
+    from fastci.render import explain  # noqa: PLC0415
+
+    engine = _engine(args)
+    planned = engine.plan(args.base, args.head or "WORKTREE")
+    sel = planned.selection
+    ids = [d.test_id for d in sel.decisions]
+    test_id = args.test_id
+    if sel.decision(test_id) is None:
+        prefix = [i for i in ids if i.startswith(test_id)]
+        if len(prefix) == 1:
+            test_id = prefix[0]
+        else:
+            close = prefix[:5] or difflib.get_close_matches(test_id, ids, n=5, cutoff=0.5)
+            hint = ("; did you mean: " + ", ".join(close)) if close else ""
+            raise CliError(f"unknown test id {args.test_id!r} (it has no evidence and is not "
+                           f"a test function at the head){hint}")
+    evidence = planned.snapshot.tests.get(test_id) if planned.snapshot else None
+    print(explain(sel, test_id, evidence))
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fastci",
+        description="Run only the tests a change can affect, riskiest first, and say why.",
+        epilog="Exit codes: 0 ok, 1 tests failed, 2 usage, 3 git, 4 evidence store, 5 pytest.")
+    parser.add_argument("--version", action="version", version=f"fastci {__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--repo", default=".", help="repository (default: the current one)")
+    common.add_argument("--store", default=None,
+                        help="evidence store file (default: .fastci/evidence.db, or "
+                             "$FASTCI_STORE)")
+    common.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("record", parents=[common],
+                       help="run the tests and record per-test evidence for HEAD",
+                       description="Run pytest over the suite and record each test's "
+                                   "evidence. Arguments after -- go to pytest.")
+    p.set_defaults(func=cmd_record)
+
+    p = sub.add_parser("select", parents=[common],
+                       help="which tests a change can affect, why, in which order",
+                       description="Decide every test against the evidence of the base.")
+    p.add_argument("--base", default=None,
+                   help="revision with evidence (default: merge base with the default "
+                        "branch, else the nearest ancestor with evidence)")
+    p.add_argument("--head", default=None,
+                   help="revision to select for (default: the working tree)")
+    p.add_argument("--format", choices=("table", "json", "ids"), default="table")
+    p.add_argument("--show-skipped", action="store_true", help="list skipped tests too")
+    p.set_defaults(func=cmd_select)
+
+    p = sub.add_parser("run", parents=[common],
+                       help="select, run the selection riskiest first, store evidence",
+                       description="Select against the working tree, run the selected tests "
+                                   "through pytest in risk order, store fresh evidence for "
+                                   "HEAD. Arguments after -- go to pytest.")
+    p.add_argument("--base", default=None, help="revision with evidence (as for select)")
+    p.add_argument("--all", action="store_true",
+                   help="run every test (still in risk order) and refresh all evidence")
+    p.add_argument("--json", metavar="FILE", help="also write the run report as JSON")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("explain", parents=[common], help="why a test is selected or skipped",
+                       description="Print a test's decision, its reasons and its evidence.")
+    p.add_argument("test_id", help="a pytest node id (a unique prefix is enough)")
+    p.add_argument("--base", default=None)
+    p.add_argument("--head", default=None)
+    p.set_defaults(func=cmd_explain)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ours, pytest_args = _split_pytest_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(ours)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    from fastci.runner.config import ConfigError  # noqa: PLC0415
+    from fastci.runner.gitrepo import GitError  # noqa: PLC0415
+    from fastci.runner.store import StoreError  # noqa: PLC0415
+
+    try:
+        return args.func(args, pytest_args)
+    except CliError as exc:
+        print(f"fastci: error: {exc}", file=sys.stderr)
+        return exc.code
+    except GitError as exc:
+        print(f"fastci: error: {exc}", file=sys.stderr)
+        return EXIT_GIT
+    except StoreError as exc:
+        print(f"fastci: error: {exc}", file=sys.stderr)
+        return EXIT_STORE
+    except ConfigError as exc:
+        print(f"fastci: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("fastci: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

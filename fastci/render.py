@@ -1,0 +1,101 @@
+"""Terminal renderings of selections and runs (plain text, no colour codes)."""
+
+from __future__ import annotations
+
+from fastci.runner.report import RunReport, Selection
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value < 1:
+        return f"{value * 1000:.0f}ms"
+    if value < 120:
+        return f"{value:.1f}s"
+    return f"{value / 60:.1f}min"
+
+
+def _short(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def selection_table(sel: Selection, *, show_skipped: bool = False, limit: int = 50) -> str:
+    s = sel.summary()
+    lines = [
+        f"FastCI selection  base {(sel.base or '-')[:12]}  head {sel.head[:12]}  mode {sel.mode}",
+    ]
+    if sel.select_all_reason:
+        lines.append(f"every test selected: {sel.select_all_reason}")
+    lines.append(f"changed files: {len(sel.changed_files)}  "
+                 f"selected {s['selected']}/{s['total']} tests  "
+                 f"expected {_seconds(s['expected_seconds_selected'])} of "
+                 f"{_seconds(s['expected_seconds_total'])} "
+                 f"(saves {_seconds(s['expected_seconds_saved'])})")
+    for note in sel.notes:
+        lines.append(f"note: {note}")
+    chosen = sel.selected
+    if chosen:
+        lines.append("")
+        lines.append(f"{'#':>4}  {'risk':>5}  {'expect':>7}  test / why")
+        for d in chosen[:limit]:
+            lines.append(f"{d.rank:>4}  {d.risk:5.2f}  {_seconds(d.expected_seconds):>7}  "
+                         f"{d.test_id}")
+            lines.append(f"{'':>22}{_short(d.reasons[0], 100) if d.reasons else ''}")
+        if len(chosen) > limit:
+            lines.append(f"  … and {len(chosen) - limit} more selected "
+                         "(--format json lists all)")
+    if show_skipped and sel.skipped:
+        lines.append("")
+        lines.append("skipped:")
+        for d in sel.skipped[:limit]:
+            lines.append(f"  {d.test_id}: {_short(d.reasons[0], 100)}")
+    return "\n".join(lines)
+
+
+def run_summary(report: RunReport) -> str:
+    s = report.summary()
+    lines = [
+        "",
+        "FastCI run summary",
+        f"  tests selected     {s['selected']}/{s['total']} "
+        f"({s['total'] - s['selected']} skipped; mode {report.selection.mode})",
+        f"  ran                {s['ran']} tests, {_seconds(s['test_seconds_run'])} of test time",
+        f"  test time saved    expected {_seconds(s['expected_seconds_saved'])}, "
+        f"actual {_seconds(s['actual_seconds_saved'])} "
+        f"(full suite ~{_seconds(s['expected_seconds_total'])})",
+        f"  failures           {s['failed']}",
+        f"  first failure at   {_seconds(s['time_to_first_failure'])}",
+    ]
+    for r in report.failures[:20]:
+        where = ""
+        if r.failure and r.failure.get("path"):
+            where = f"  ({r.failure['path']}:{r.failure['line']})"
+        lines.append(f"  FAILED {r.test_id}{where}")
+    return "\n".join(lines)
+
+
+def explain(sel: Selection, test_id: str, evidence=None) -> str:
+    d = sel.decision(test_id)
+    lines = [f"{test_id}: {'SELECTED' if d.selected else 'skipped'}"
+             + (f" (rank {d.rank} of {len(sel.selected)})" if d.selected else ""),
+             f"  risk {d.risk:.3f}, expected {_seconds(d.expected_seconds)}, "
+             f"dimension {d.dimension}{', new' if d.new else ''}",
+             f"  base {(sel.base or '-')[:12]} -> head {sel.head[:12]} (mode {sel.mode})",
+             "  why:"]
+    lines += [f"    - {reason}" for reason in d.reasons]
+    if evidence is not None:
+        nblocks = sum(len(q) for q in evidence.blocks.values())
+        lines.append("  evidence:")
+        lines.append(f"    last outcome {evidence.outcome} in {_seconds(evidence.duration)}"
+                     + (f", carried from {evidence.carried_from[:12]}"
+                        if evidence.carried_from else ""))
+        lines.append(f"    executed {nblocks} blocks in {len(evidence.blocks)} files")
+        for path in sorted(evidence.blocks)[:10]:
+            lines.append(f"      {path}: {', '.join(evidence.blocks[path][:6])}"
+                         + (" …" if len(evidence.blocks[path]) > 6 else ""))
+        if evidence.files:
+            lines.append(f"    read {len(evidence.files)} data files: "
+                         + ", ".join(sorted(evidence.files)[:8]))
+        if evidence.kernels:
+            lines.append("    launched kernels: " + ", ".join(sorted(evidence.kernels)))
+    return "\n".join(lines)

@@ -1,0 +1,357 @@
+"""Python source -> blocks with fingerprints of their normalised source.
+
+A block is a function, a class body or a module body, named by qualname (`<module>`,
+`Class`, `Class.method`, `func.<locals>.inner`). Its fingerprint hashes the AST with
+docstrings, comments and formatting gone, and with nested functions and classes reduced to
+stubs (their own blocks carry their bodies), so editing one method changes one block.
+
+Module and class bodies also keep their statements one by one, with the names each
+statement defines and reads: a changed body can then be resolved to the names whose values
+changed (`EPS = 1e-6`, a dataclass field default) instead of selecting everything that
+imports the module.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from dataclasses import dataclass, field
+
+MODULE = "<module>"
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One statement of a module or class body."""
+
+    digest: str
+    defines: tuple[str, ...]
+    reads: tuple[str, ...]
+    kind: str  # "import" | "def" | "assign": its effect is the names it binds; "other": unknown
+
+    @property
+    def resolvable(self) -> bool:
+        return self.kind != "other"
+
+
+@dataclass(frozen=True)
+class Block:
+    qualname: str
+    kind: str  # "module" | "class" | "function"
+    start: int  # first line, decorators included
+    end: int
+    fingerprint: str
+    reads: tuple[str, ...] = ()  # identifiers the block reads (names and attributes)
+    statements: tuple[Statement, ...] = ()  # body statements (module and class blocks)
+    is_jit: bool = False  # decorated with triton.jit (or a jit-like decorator)
+    calls: tuple[str, ...] = ()  # plain names called (to find the jit functions a kernel calls)
+    body_start: int = 0  # first line of the body: lines before it run in the parent scope
+
+
+@dataclass(frozen=True)
+class FileBlocks:
+    """The blocks of one file, or the reason it has none."""
+
+    blocks: tuple[Block, ...] = ()
+    error: str | None = None  # a syntax error: the file no longer parses
+    imports: tuple[str, ...] = ()  # absolute module names this file imports (best effort)
+    line_owner: dict[int, str] = field(default_factory=dict, compare=False, hash=False)
+
+    def by_qualname(self) -> dict[str, Block]:
+        return {b.qualname: b for b in self.blocks}
+
+    def owner_of(self, line: int) -> str:
+        """The innermost block that owns a line (the module body by default)."""
+        return self.line_owner.get(line, MODULE)
+
+
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_PLAIN = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Import, ast.ImportFrom, ast.Pass)
+
+
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+def _strip_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        return body[1:]
+    return body
+
+
+def _stub(node: ast.stmt) -> ast.stmt:
+    """A nested def or class as its parent sees it: the name only.
+
+    The decorators, signature and bases belong to the child's own fingerprint; a changed
+    default argument is therefore a change of the function, which is what the tests that
+    call it executed.
+    """
+    if isinstance(node, ast.ClassDef):
+        return ast.ClassDef(name=node.name, bases=[], keywords=[], body=[ast.Pass()],
+                            decorator_list=[], type_params=[])
+    return ast.FunctionDef(name=node.name, args=ast.arguments(
+        posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
+        defaults=[]), body=[ast.Pass()], decorator_list=[], returns=None, type_comment=None,
+        type_params=[])
+
+
+def _normalised_body(body: list[ast.stmt]) -> list[ast.stmt]:
+    return [_stub(s) if isinstance(s, _DEFS) else s for s in _strip_docstring(body)]
+
+
+def _dump(nodes: list[ast.AST] | ast.AST) -> str:
+    if isinstance(nodes, list):
+        return "\n".join(ast.dump(n, annotate_fields=False, include_attributes=False)
+                         for n in nodes)
+    return ast.dump(nodes, annotate_fields=False, include_attributes=False)
+
+
+def _header(node: ast.AST) -> list[ast.AST]:
+    """What a def or class statement evaluates besides its body."""
+    if isinstance(node, ast.ClassDef):
+        return [*node.decorator_list, *node.bases, *node.keywords]
+    parts: list[ast.AST] = [*node.decorator_list, node.args]
+    if node.returns is not None:
+        parts.append(node.returns)
+    return parts
+
+
+class _Reads(ast.NodeVisitor):
+    """Identifiers read by a subtree, not descending into nested defs' bodies."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self.stored: set[str] = set()
+        self.declared_global: set[str] = set()
+        self.attributes: set[str] = set()
+        self.calls: set[str] = set()
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if isinstance(node.ctx, ast.Store):
+            self.stored.add(node.id)
+        else:
+            self.names.add(node.id)
+
+    def visit_Global(self, node: ast.Global) -> None:
+        self.declared_global.update(node.names)
+
+    visit_Nonlocal = visit_Global
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if not isinstance(node.ctx, ast.Store):
+            self.names.add(node.attr)
+            self.attributes.add(node.attr)
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        if isinstance(node.func, ast.Name):
+            self.calls.add(node.func.id)
+        elif isinstance(node.func, ast.Attribute):
+            self.calls.add(node.func.attr)
+        self.generic_visit(node)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        for alias in node.names:
+            self.names.add(alias.name)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self.names.update(alias.name.split("."))
+
+    def _nested(self, node: ast.AST) -> None:
+        for part in _header(node):
+            self.visit(part)
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _nested
+
+
+def _reads(nodes: list[ast.AST], params: ast.arguments | None = None
+           ) -> tuple[set[str], set[str]]:
+    """(names read, names called). With `params`, the nodes are a function body: its
+    locals (parameters and names it assigns) shadow module names and are not reads."""
+    visitor = _Reads()
+    for node in nodes:
+        visitor.visit(node)
+    names = visitor.names
+    if params is not None:
+        local = set(visitor.stored)
+        local.update(a.arg for a in [*params.posonlyargs, *params.args, *params.kwonlyargs])
+        local.update(a.arg for a in (params.vararg, params.kwarg) if a is not None)
+        local -= visitor.declared_global
+        names = names - (local - visitor.attributes)
+    return names, visitor.calls
+
+
+def _defines(stmt: ast.stmt) -> set[str]:
+    names: set[str] = set()
+    if isinstance(stmt, _DEFS):
+        names.add(stmt.name)
+    elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        for alias in stmt.names:
+            names.add((alias.asname or alias.name).split(".")[0])
+    else:
+        targets: list[ast.AST] = []
+        if isinstance(stmt, ast.Assign):
+            targets = list(stmt.targets)
+        elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
+            targets = [stmt.target]
+        else:
+            targets = [n for n in ast.walk(stmt)
+                       if isinstance(n, (ast.Name, ast.Attribute, ast.Subscript))
+                       and isinstance(getattr(n, "ctx", None), ast.Store)]
+        for target in targets:
+            for node in ast.walk(target):
+                if isinstance(node, ast.Name):
+                    names.add(node.id)
+                elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                    names.add(node.attr)
+    return names
+
+
+def _statement(stmt: ast.stmt) -> Statement:
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        # Aligned, unsorted: the i-th name read is bound as the i-th name defined, so a
+        # changed `EPS` propagates through `from .norms import EPS as E` to `E` alone.
+        return Statement(
+            digest=_digest(_dump(stmt)),
+            defines=tuple((a.asname or a.name).split(".")[0] for a in stmt.names),
+            reads=tuple(a.name for a in stmt.names), kind="import")
+    if isinstance(stmt, _DEFS):
+        digest = _digest(_dump(_stub(stmt)))
+        reads: set[str] = set()
+    else:
+        digest = _digest(_dump(stmt))
+        reads, _ = _reads([stmt])
+    if isinstance(stmt, _DEFS):
+        kind = "def"
+    elif isinstance(stmt, _PLAIN):
+        kind = "assign"
+    else:
+        kind = "other"
+    return Statement(digest=digest, defines=tuple(sorted(_defines(stmt))),
+                     reads=tuple(sorted(reads)), kind=kind)
+
+
+def _is_jit(node: ast.AST) -> bool:
+    for deco in getattr(node, "decorator_list", []):
+        target = deco.func if isinstance(deco, ast.Call) else deco
+        name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+        if name in ("jit", "autotune", "heuristics"):
+            return True
+    return False
+
+
+def _end(node: ast.AST) -> int:
+    return getattr(node, "end_lineno", None) or getattr(node, "lineno", 1)
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.blocks: list[Block] = []
+        self.owner: dict[int, str] = {}
+
+    def module(self, tree: ast.Module, nlines: int) -> None:
+        body = _normalised_body(tree.body)
+        reads, calls = _reads(body)
+        self.blocks.append(Block(
+            qualname=MODULE, kind="module", start=1, end=max(nlines, 1),
+            fingerprint=_digest(_dump(body)), reads=tuple(sorted(reads)),
+            statements=tuple(_statement(s) for s in _strip_docstring(tree.body)),
+            calls=tuple(sorted(calls))))
+        self._children(tree.body, prefix="")
+
+    def _children(self, body: list[ast.stmt], prefix: str) -> None:
+        for stmt in body:
+            self._visit_stmt(stmt, prefix)
+
+    def _visit_stmt(self, stmt: ast.stmt, prefix: str) -> None:
+        if isinstance(stmt, _DEFS):
+            self._def(stmt, prefix)
+            return
+        # Defs nested inside if/try/with/for at this level still belong to this scope.
+        for child in ast.iter_child_nodes(stmt):
+            if isinstance(child, ast.stmt):
+                self._visit_stmt(child, prefix)
+            elif isinstance(child, (ast.excepthandler, ast.match_case)):
+                for grandchild in child.body:
+                    self._visit_stmt(grandchild, prefix)
+
+    def _def(self, node: ast.stmt, prefix: str) -> None:
+        qualname = f"{prefix}{node.name}"
+        start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+        end = _end(node)
+        body = _normalised_body(node.body)
+        header = _header(node)
+        head_reads, head_calls = _reads(header)
+        params = None if isinstance(node, ast.ClassDef) else node.args
+        body_reads, body_calls = _reads(body, params)
+        if isinstance(node, ast.ClassDef):
+            kind = "class"
+            fingerprint = _digest(_dump(header) + "\n|" + _dump(body))
+            statements = tuple(_statement(s) for s in _strip_docstring(node.body))
+            child_prefix = f"{qualname}."
+        else:
+            kind = "function"
+            fingerprint = _digest(type(node).__name__ + _dump(header) + "\n|" + _dump(body))
+            statements = ()
+            child_prefix = f"{qualname}.<locals>."
+        # The decorators and the def/class line run in the parent scope, when the body
+        # runs they are not reported again: they belong to the parent.
+        body_start = node.body[0].lineno if node.body else end
+        for line in range(body_start, end + 1):
+            self.owner[line] = qualname
+        self.blocks.append(Block(
+            qualname=qualname, kind=kind, start=start, end=end, fingerprint=fingerprint,
+            reads=tuple(sorted(head_reads | body_reads)), statements=statements,
+            is_jit=_is_jit(node), calls=tuple(sorted(head_calls | body_calls)),
+            body_start=body_start))
+        self._children(node.body, child_prefix)
+
+
+def _imports(tree: ast.Module, module_name: str | None, is_package: bool) -> tuple[str, ...]:
+    found: set[str] = set()
+    package = module_name if is_package else (module_name or "").rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = (package or "").split(".") if package else []
+                parts = parts[: len(parts) - (node.level - 1)] if node.level > 1 else parts
+                base = ".".join([p for p in parts if p] + ([node.module] if node.module else []))
+            if base:
+                found.add(base)
+                found.update(f"{base}.{alias.name}" for alias in node.names)
+    return tuple(sorted(found))
+
+
+def parse_blocks(source: str | bytes, module_name: str | None = None,
+                 is_package: bool = False) -> FileBlocks:
+    """Split one file's source into blocks; a syntax error is reported, not raised."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError) as exc:
+        line = getattr(exc, "lineno", None)
+        where = f" at line {line}" if line else ""
+        return FileBlocks(error=f"does not parse{where}: {getattr(exc, 'msg', exc)}")
+    text = source.decode(errors="replace") if isinstance(source, bytes) else source
+    collector = _Collector()
+    collector.module(tree, text.count("\n") + 1)
+    return FileBlocks(blocks=tuple(collector.blocks), line_owner=collector.owner,
+                      imports=_imports(tree, module_name, is_package))
+
+
+def module_name_for(path: str) -> tuple[str | None, bool]:
+    """`pkg/sub/mod.py` -> ("pkg.sub.mod", False); `pkg/__init__.py` -> ("pkg", True).
+
+    Best effort, from the path alone: source roots such as `src/` are stripped by the
+    import-graph resolver, which tries every suffix of the dotted name.
+    """
+    if not path.endswith(".py"):
+        return None, False
+    parts = path[:-3].split("/")
+    if parts[-1] == "__init__":
+        return ".".join(parts[:-1]) or None, True
+    return ".".join(parts), False

@@ -1,0 +1,109 @@
+"""Turning a recording into a stored snapshot, carrying skipped tests' evidence forward.
+
+After `fastci run`, the head commit has evidence for every test without a full run: tests
+that ran bring fresh evidence; a test that was skipped had nothing changed in its evidence,
+so its old evidence still holds, with its executed lines moved to where they now are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .evidence import Snapshot, TestRecord
+from .gitrepo import GitError, Repo
+from .recorder import Recording
+
+
+def head_commit(repo: Repo) -> str:
+    commit = repo.head()
+    if commit is None:
+        raise GitError("the repository has no commit yet: commit once so evidence has a key")
+    return commit
+
+
+def store_recording(store, repo: Repo, recording: Recording) -> str:
+    """Store a full recording as the snapshot of HEAD; returns a one-line summary."""
+    commit = head_commit(repo)
+    store.save_snapshot(recording.snapshot(commit, source="record"))
+    store.add_history(commit, recording.environment.digest, recording.tests.values())
+    dirty = "" if recording.tree == repo.tree(commit) else " (with uncommitted changes)"
+    return (f"recorded evidence for {len(recording.tests)} tests at {commit[:12]}{dirty} "
+            f"[{recording.environment.describe()}]")
+
+
+def remap_lines(lines: tuple[int, ...], hunks: list[tuple[int, int, int, int]]
+                ) -> tuple[int, ...]:
+    """Move line numbers across a diff; lines inside changed hunks are dropped."""
+    out = []
+    for line in lines:
+        shift, dropped = 0, False
+        for old_start, old_len, new_start, new_len in hunks:
+            old_end = old_start + old_len - 1 if old_len else old_start
+            if old_len and old_start <= line <= old_end:
+                dropped = True
+                break
+            if (old_len and line > old_end) or (not old_len and line > old_start):
+                shift += new_len - old_len
+        if not dropped:
+            out.append(line + shift)
+    return tuple(out)
+
+
+def carry_forward(repo: Repo, base: Snapshot, recording: Recording, collected: list[str],
+                  renames: dict[str, str]) -> dict[str, TestRecord]:
+    """Evidence at the head for every test: fresh where it ran, carried where it did not.
+
+    A test is carried while its file exists and, if that file was collected, while the test
+    was among the items collected (a filtered run must not drop other files' evidence)."""
+    tests = dict(recording.tests)
+    hunks_cache: dict[str, list | None] = {}
+
+    def hunks(path: str):
+        if path not in hunks_cache:
+            old_blob = base.tree.get(path)
+            new_path = renames.get(path, path)
+            new_blob = recording.tree.get(new_path)
+            if old_blob == new_blob:
+                hunks_cache[path] = []
+            elif old_blob is None or new_blob is None:
+                hunks_cache[path] = None
+            else:
+                try:
+                    hunks_cache[path] = repo.hunks(old_blob, new_blob)
+                except GitError:
+                    hunks_cache[path] = None  # a blob from a dirty tree git never stored
+        return hunks_cache[path]
+
+    collected_set = set(collected)
+    collected_files = {c.split("::", 1)[0] for c in collected}
+    for test_id in base.tests:
+        path = test_id.split("::", 1)[0]
+        if test_id in tests or path not in recording.tree:
+            continue
+        if path in collected_files and test_id not in collected_set:
+            continue  # its file was collected without it: the test is gone
+        old = base.tests[test_id]
+        lines = None
+        if old.lines is not None:
+            lines = {}
+            for path, ls in old.lines.items():
+                h = hunks(path)
+                if h is not None:
+                    lines[renames.get(path, path)] = remap_lines(ls, h)
+        tests[test_id] = replace(old, lines=lines,
+                                 carried_from=old.carried_from or base.commit)
+    return tests
+
+
+def store_run(store, repo: Repo, base: Snapshot, recording: Recording, collected: list[str],
+              renames: dict[str, str], changed_paths: list[str], flaky: set[str] = frozenset()
+              ) -> Snapshot:
+    """Store the head's snapshot after a selective run, and the run's history."""
+    commit = head_commit(repo)
+    tests = carry_forward(repo, base, recording, collected, renames)
+    snap = replace(recording.snapshot(commit, source="run"), tests=tests)
+    store.save_snapshot(snap)
+    store.add_history(commit, recording.environment.digest, recording.tests.values(),
+                      changed_paths=changed_paths, flaky=flaky)
+    return snap
+

@@ -1,0 +1,227 @@
+"""Change analysis: what differs between the tree evidence was recorded on and the head.
+
+Pure: it compares two {path: blob} trees and the block inventories of the files that
+differ. Python files change by block (AST fingerprints, so a comment-only edit changes
+nothing); module and class bodies are resolved to the names whose values changed, and
+what cannot be resolved is said so, for the selection to widen.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from .blocks import MODULE, Block, FileBlocks
+
+# Files that change what every test runs under.
+PYTEST_CONFIG = ("pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml")
+ALWAYS_EVERYTHING_NAMES = ("sitecustomize.py", "usercustomize.py")
+NATIVE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".cu", ".cuh", ".pyx",
+                   ".pxd", ".pxi", ".so", ".pyd", ".pth", ".cmake")
+NATIVE_NAMES = ("CMakeLists.txt", "Makefile", "build.ninja", "setup.py", "MANIFEST.in")
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: str  # the path at the head (the old path for a removal)
+    status: str  # added | removed | modified | renamed
+    old_path: str | None = None
+
+
+@dataclass(frozen=True)
+class ChangeSet:
+    files: tuple[FileChange, ...] = ()
+    blocks: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    """(path, qualname) -> added | removed | modified; paths as the evidence knows them."""
+    unparseable: Mapping[str, str] = field(default_factory=dict)  # head path -> error
+    names: frozenset[str] = frozenset()
+    """Module-level and class-level names whose values changed (global: conservative)."""
+    local_names: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Names rebound by a changed import statement: they matter inside that file only."""
+    unresolved: Mapping[str, str] = field(default_factory=dict)
+    """path -> why its module-level change could not be resolved to names."""
+
+    @property
+    def paths(self) -> list[str]:
+        out = []
+        for change in self.files:
+            out.append(change.path)
+            if change.old_path:
+                out.append(change.old_path)
+        return sorted(set(out))
+
+    def file_status(self) -> dict[str, FileChange]:
+        out = {}
+        for change in self.files:
+            out[change.path] = change
+            if change.old_path:
+                out[change.old_path] = change
+        return out
+
+    @property
+    def empty(self) -> bool:
+        return not self.files
+
+
+def diff_trees(old: Mapping[str, str], new: Mapping[str, str], renames: Mapping[str, str]
+               ) -> tuple[FileChange, ...]:
+    renamed_to = {o: n for o, n in renames.items() if o in old and n in new and o not in new}
+    renamed_from = {n: o for o, n in renamed_to.items()}
+    changes = []
+    for path in sorted(set(old) | set(new)):
+        if path in renamed_to:
+            continue
+        if path in renamed_from:
+            changes.append(FileChange(path, "renamed", renamed_from[path]))
+        elif path not in old:
+            changes.append(FileChange(path, "added"))
+        elif path not in new:
+            changes.append(FileChange(path, "removed"))
+        elif old[path] != new[path]:
+            changes.append(FileChange(path, "modified"))
+    return tuple(changes)
+
+
+def _statement_changes(old: Block | None, new: Block | None):
+    old_counts = Counter(s.digest for s in (old.statements if old else ()))
+    new_counts = Counter(s.digest for s in (new.statements if new else ()))
+    gone = old_counts - new_counts
+    came = new_counts - old_counts
+    changed = [s for s in (old.statements if old else ()) if gone[s.digest]]
+    changed += [s for s in (new.statements if new else ()) if came[s.digest]]
+    return changed
+
+
+def analyse(files: tuple[FileChange, ...], old_inv: Mapping[str, FileBlocks],
+            new_inv: Mapping[str, FileBlocks], head_inventories: Mapping[str, FileBlocks]
+            ) -> ChangeSet:
+    """Blocks, names and unresolved bodies of a set of file changes.
+
+    `old_inv` and `new_inv` hold the changed Python files at the evidence's tree and at the
+    head; `head_inventories` every Python file at the head, for propagating changed names
+    through module-level statements that read them (`B = EPS * 2`).
+    """
+    blocks: dict[tuple[str, str], str] = {}
+    unparseable: dict[str, str] = {}
+    names: set[str] = set()
+    local: dict[str, set[str]] = {}
+    unresolved: dict[str, str] = {}
+
+    for change in files:
+        new_path = change.path if change.status != "removed" else None
+        old_path = change.old_path or (change.path if change.status != "added" else None)
+        if not ((old_path or "").endswith(".py") or (new_path or "").endswith(".py")):
+            continue
+        old_fb = old_inv.get(old_path) if old_path else None
+        new_fb = new_inv.get(new_path) if new_path else None
+        if new_fb is not None and new_fb.error:
+            unparseable[new_path] = new_fb.error
+            new_fb = None
+        if change.status in ("removed", "renamed") or (old_fb is not None and old_fb.error):
+            # Everything that ran from the old file is gone from where it was.
+            for block in (old_fb.blocks if old_fb and not old_fb.error else ()):
+                blocks[(old_path, block.qualname)] = "removed"
+            if change.status == "renamed":
+                unresolved[old_path] = f"renamed to {new_path}"
+            elif change.status == "removed":
+                unresolved[old_path] = "removed"
+            if new_fb is None:
+                continue
+        if change.status == "added" or change.status == "renamed" or old_fb is None:
+            for block in new_fb.blocks if new_fb else ():
+                blocks[(new_path, block.qualname)] = "added"
+            if new_fb is not None and change.status != "renamed":
+                unresolved.setdefault(new_path, "new file")
+            continue
+        if new_fb is None:  # no longer parses: the selection treats it on its own rule
+            continue
+        old_blocks, new_blocks = old_fb.by_qualname(), new_fb.by_qualname()
+        for qualname in sorted(set(old_blocks) | set(new_blocks)):
+            before, after = old_blocks.get(qualname), new_blocks.get(qualname)
+            if before is not None and after is not None and before.fingerprint == after.fingerprint:
+                continue
+            status = "added" if before is None else "removed" if after is None else "modified"
+            blocks[(new_path, qualname)] = status
+            kind = (after or before).kind
+            if kind == "function":
+                continue
+            short = qualname.rsplit(".", 1)[-1]
+            if kind == "class":
+                names.add(short)  # a class body or header changed: whoever names the class
+            for statement in _statement_changes(before, after):
+                if statement.kind == "other":
+                    unresolved[new_path] = (
+                        f"a {'module' if kind == 'module' else 'class ' + short} body "
+                        "statement that is not a plain definition changed")
+                elif statement.kind == "import" and kind == "module":
+                    local.setdefault(new_path, set()).update(statement.defines)
+                else:
+                    names.update(statement.defines)
+
+    # A name computed from a changed name changed too, in any module (B = EPS * 2).
+    _propagate(names, local, unresolved, head_inventories)
+    return ChangeSet(files=files, blocks=blocks, unparseable=unparseable,
+                     names=frozenset(names),
+                     local_names={p: frozenset(n) for p, n in local.items()},
+                     unresolved=unresolved)
+
+
+def _propagate(names: set[str], local: dict[str, set[str]], unresolved: dict[str, str],
+               inventories: Mapping[str, FileBlocks]) -> None:
+    if not names and not local:
+        return
+    bodies = [(path, block) for path, fb in inventories.items()
+              for block in fb.blocks if block.kind in ("module", "class")]
+    grew = True
+    while grew:
+        grew = False
+        for path, block in bodies:
+            visible = names | local.get(path, set())
+            for statement in block.statements:
+                if statement.kind == "def" or not visible.intersection(statement.reads):
+                    continue
+                if statement.kind == "other":
+                    if path not in unresolved:
+                        unresolved[path] = ("a module-level statement reads changed name(s) "
+                                            + ", ".join(sorted(visible & set(statement.reads))))
+                    continue
+                if statement.kind == "import":
+                    bound = {d for r, d in zip(statement.reads, statement.defines)
+                             if r in visible}
+                else:
+                    bound = set(statement.defines)
+                fresh = bound - names
+                if fresh:
+                    names.update(fresh)
+                    grew = True
+
+
+def blocks_reading(changes: ChangeSet, inventories: Mapping[str, FileBlocks]
+                   ) -> dict[tuple[str, str], set[str]]:
+    """(path, qualname) of every block that reads a changed name -> the names it reads."""
+    if not changes.names and not changes.local_names:
+        return {}
+    out: dict[tuple[str, str], set[str]] = {}
+    for path, fb in inventories.items():
+        visible = changes.names | changes.local_names.get(path, frozenset())
+        for block in fb.blocks:
+            if block.kind == "module":
+                continue  # module bodies ran at import; their effect is in `names` already
+            hit = visible.intersection(block.reads)
+            if hit:
+                out[(path, block.qualname)] = hit
+    return out
+
+
+def is_native(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return name in NATIVE_NAMES or name.endswith(NATIVE_SUFFIXES) or name in ALWAYS_EVERYTHING_NAMES
+
+
+def is_pytest_config(path: str) -> bool:
+    return path in PYTEST_CONFIG or path.rsplit("/", 1)[-1] == "pytest.ini"
+
+
+__all__ = ["ChangeSet", "FileChange", "analyse", "blocks_reading", "diff_trees", "is_native",
+           "is_pytest_config", "MODULE"]

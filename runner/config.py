@@ -1,0 +1,89 @@
+"""FastCI's runner settings: `[tool.fastci]` in pyproject.toml, then `FASTCI_*` variables.
+
+A typed, keyword-only dataclass, so a misspelt key is an error with its name, not a
+silently ignored setting.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; the message names the key and the file."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    store: str = ".fastci/evidence.db"
+    """Evidence store path, relative to the repository root."""
+    dimensions: tuple[str, ...] = ("correctness", "convergence", "perf")
+    """Markers that name a test's dimension; an unmarked test has `default_dimension`."""
+    default_dimension: str = "correctness"
+    blocking: tuple[str, ...] = ("correctness",)
+    """Dimensions whose failures block the verdict; the others run in the background."""
+    failure_half_life: float = 10.0
+    """Runs after which a past failure weighs half as much in a test's risk."""
+    shadow: bool = False
+    """Select, but run everything, and record what the selection would have missed."""
+    extra: dict = field(default_factory=dict, compare=False)
+
+    def dimension_of(self, markers: tuple[str, ...] | list[str]) -> str:
+        for marker in markers:
+            if marker in self.dimensions:
+                return marker
+        return self.default_dimension
+
+    def is_blocking(self, dimension: str) -> bool:
+        return dimension in self.blocking
+
+
+_TUPLES = {"dimensions", "blocking"}
+
+
+def load(root: Path, environ: dict[str, str] | None = None) -> Settings:
+    environ = dict(os.environ if environ is None else environ)
+    values: dict = {}
+    pyproject = root / "pyproject.toml"
+    if pyproject.is_file():
+        try:
+            data = tomllib.loads(pyproject.read_text())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{pyproject}: not valid TOML ({exc})") from None
+        values.update(data.get("tool", {}).get("fastci", {}))
+    known = {f.name for f in fields(Settings) if f.name != "extra"}
+    for f in known:
+        key = f"FASTCI_{f.upper()}"
+        if key in environ:
+            values[f] = environ[key]
+    unknown = set(values) - known
+    if unknown:
+        raise ConfigError(f"{pyproject}: unknown [tool.fastci] key(s): {', '.join(sorted(unknown))}"
+                          f"; known: {', '.join(sorted(known))}")
+    out: dict = {}
+    for name, value in values.items():
+        if name in _TUPLES:
+            if isinstance(value, str):
+                value = [v.strip() for v in value.split(",") if v.strip()]
+            if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"[tool.fastci] {name} must be a list of names")
+            value = tuple(value)
+        elif name == "shadow":
+            if isinstance(value, str):
+                value = value.strip().lower() in ("1", "true", "yes", "on")
+        elif name == "failure_half_life":
+            try:
+                value = float(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"[tool.fastci] {name} must be a number") from None
+        elif not isinstance(value, str):
+            raise ConfigError(f"[tool.fastci] {name} must be a string")
+        out[name] = value
+    return Settings(**out)

@@ -1,0 +1,34 @@
+"""Test functions found statically at the head, so new tests are selected without paying
+for a pytest collection (which imports torch: seconds, not milliseconds)."""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Mapping
+
+from .blocks import FileBlocks
+
+DEFAULT_FILES = ("test_*.py", "*_test.py")
+
+
+def is_test_file(path: str, patterns: tuple[str, ...] = DEFAULT_FILES) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatch(name, p) for p in patterns)
+
+
+def test_functions(inventories: Mapping[str, FileBlocks],
+                   patterns: tuple[str, ...] = DEFAULT_FILES) -> list[str]:
+    """Node-id prefixes (`path::Class::test_x`) of the test functions in test files."""
+    found = []
+    for path, fb in sorted(inventories.items()):
+        if fb.error or not is_test_file(path, patterns):
+            continue
+        for block in fb.blocks:
+            if block.kind != "function" or "<locals>" in block.qualname:
+                continue
+            parts = block.qualname.split(".")
+            if not parts[-1].startswith("test"):
+                continue
+            if len(parts) == 1 or (len(parts) == 2 and parts[0].startswith("Test")):
+                found.append(f"{path}::{'::'.join(parts)}")
+    return found

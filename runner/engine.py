@@ -1,0 +1,237 @@
+"""The imperative shell around selection: git, the store and pytest in, decisions out.
+
+`Engine.plan` gathers the inputs (`select.SelectionInput`) and calls the pure selection;
+`Engine.run` runs the selection through pytest in risk order and stores fresh evidence for
+the head, carrying the skipped tests' evidence forward.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import config, discover, inventory
+from .carry import store_run
+from .changes import analyse, diff_trees
+from .environment import current, is_manifest, lock_hash
+from .evidence import Snapshot
+from .gitrepo import WORKTREE, GitError, Repo
+from .plan import make_plan
+from .recorder import blob_sha, recording_from_json
+from .report import RunReport, Selection, TestResult
+from .select import History, SelectionInput, select
+from .store import EvidenceStore, default_path
+
+DEFAULT_BRANCHES = ("origin/HEAD", "origin/main", "origin/master", "main", "master")
+
+
+@dataclass
+class Planned:
+    """A selection with what produced it, for running or explaining."""
+
+    selection: Selection
+    snapshot: Snapshot | None
+    inputs: SelectionInput
+    renames: dict[str, str]
+    seconds: float
+
+
+class Engine:
+    def __init__(self, root: str | Path = ".", store_path: str | Path | None = None,
+                 progress=None) -> None:
+        self.repo = Repo.find(root)
+        self.settings = config.load(self.repo.root)
+        self.store_path = Path(store_path) if store_path else (
+            default_path(self.repo.root) if os.environ.get("FASTCI_STORE")
+            else self.repo.root / self.settings.store)
+        self.progress = progress or (lambda message: None)
+
+    def open_store(self, create: bool = True) -> EvidenceStore:
+        return EvidenceStore(self.store_path, create=create)
+
+    # -- which evidence ------------------------------------------------------------------------
+    def find_evidence(self, store: EvidenceStore, base: str | None, head: str, env_digest: str
+                      ) -> tuple[Snapshot | None, str | None]:
+        """The snapshot to select from, or None and why there is none.
+
+        Given a base: its evidence, else its nearest ancestor's. Without one: the nearest
+        ancestor with evidence of the merge base with the default branch, else of the head.
+        Evidence from another environment is used only when there is none from this one, and
+        then the selection runs everything and says so.
+        """
+        starts = []
+        if base is not None:
+            starts.append(self.repo.resolve(base))
+        else:
+            head_commit = self.repo.head() if head == WORKTREE else head
+            if head_commit is None:
+                return None, "the repository has no commit yet"
+            for branch in DEFAULT_BRANCHES:
+                try:
+                    merge_base = self.repo.merge_base(self.repo.resolve(branch), head_commit)
+                except GitError:
+                    continue
+                if merge_base:
+                    starts.append(merge_base)
+                    break
+            starts.append(head_commit)
+        ours = store.commits_with_evidence(env_digest)
+        anywhere = store.commits_with_evidence()
+        for start in starts:
+            for commit in self.repo.ancestors(start):
+                if commit in ours:
+                    return store.load_snapshot(commit, env_digest, with_lines=False), None
+                if commit in anywhere:
+                    other = store.snapshot_envs(commit)[0]
+                    return store.load_snapshot(commit, other.digest), None
+        where = base if base is not None else "the head"
+        return None, (f"no evidence for {where} or any ancestor: every test runs "
+                      "(record with `fastci record` on a base commit to select)")
+
+    # -- planning ------------------------------------------------------------------------------
+    def plan(self, base: str | None = None, head: str = WORKTREE,
+             store: EvidenceStore | None = None) -> Planned:
+        started = time.perf_counter()
+        own_store = store is None
+        store = store or self.open_store()
+        try:
+            head = self.repo.resolve(head)
+            head_tree = self.repo.tree(head)
+            manifests = {p: self.repo.read(head, p) for p in head_tree if is_manifest(p)}
+            env = current(lock_hash(manifests))
+            snapshot, why = self.find_evidence(store, base, head, env.digest)
+            self.progress("reading the head's Python files")
+            head_inv = inventory.load(self.repo, head, head_tree, store)
+            renames: dict[str, str] = {}
+            if snapshot is not None:
+                renames = self._renames(snapshot, head)
+                files = diff_trees(snapshot.tree, head_tree, renames)
+                changed = {c.path for c in files} | {c.old_path for c in files if c.old_path}
+                old_inv = self._old_inventories(store, snapshot, changed)
+                new_inv = {p: fb for p, fb in head_inv.items() if p in changed}
+                changes = analyse(files, old_inv, new_inv, head_inv)
+                graph_inv = {**head_inv, **{p: fb for p, fb in old_inv.items()
+                                            if p not in head_tree}}
+                kernels = {k for t in snapshot.tests.values() for k in t.kernels}
+                head_kernels = inventory.kernel_hashes(head_inv, kernels)
+                untracked = self._untracked(snapshot, head, head_tree)
+            else:
+                changes = analyse((), {}, {}, {})
+                graph_inv, head_kernels, untracked = head_inv, {}, {}
+            history = History(outcomes=store.outcomes(), durations=store.durations(),
+                              cofailure=store.cofailure_rates(changes.paths))
+            inputs = SelectionInput(
+                head=head, head_tree=head_tree, environment=env, snapshot=snapshot,
+                changes=changes, head_inventories=head_inv,
+                import_graph=inventory.ImportGraph(graph_inv),
+                static_tests=discover.test_functions(head_inv), head_kernels=head_kernels,
+                untracked_shas=untracked, settings=self.settings, history=history,
+                no_evidence_reason=why)
+            selection = select(inputs)
+            return Planned(selection, snapshot, inputs, renames,
+                           time.perf_counter() - started)
+        finally:
+            if own_store:
+                store.close()
+
+    def _renames(self, snapshot: Snapshot, head: str) -> dict[str, str]:
+        try:
+            self.repo.resolve(snapshot.commit)
+        except GitError:
+            return {}
+        return self.repo.renames(snapshot.commit, head)
+
+    def _old_inventories(self, store, snapshot: Snapshot, paths: set[str]):
+        wanted = {p: snapshot.tree[p] for p in paths if p in snapshot.tree and p.endswith(".py")}
+        found = store.load_inventories(wanted.values())
+        out = {p: found[b] for p, b in wanted.items() if b in found}
+        missing = {p: b for p, b in wanted.items() if b not in found}
+        if missing:  # parse from git's object store; a blob git lacks stays unknown
+            from .blocks import module_name_for, parse_blocks  # noqa: PLC0415
+            for path, blob in missing.items():
+                try:
+                    source = self.repo.git("cat-file", "blob", blob).encode(
+                        errors="surrogateescape")
+                except GitError:
+                    continue
+                out[path] = parse_blocks(source, *module_name_for(path))
+        return out
+
+    def _untracked(self, snapshot: Snapshot, head: str, head_tree) -> dict[str, str]:
+        """Content hashes of data files tests read that git does not track (worktree only)."""
+        if head != WORKTREE:
+            return {}
+        paths = {p for t in snapshot.tests.values() for p in t.files if p not in head_tree}
+        paths |= {p for p in snapshot.session_files if p not in head_tree}
+        out = {}
+        for path in paths:
+            full = self.repo.root / path
+            if full.is_file():
+                out[path] = blob_sha(full.read_bytes())
+        return out
+
+    # -- running -------------------------------------------------------------------------------
+    def run(self, base: str | None, pytest_args: list[str], *, run_all: bool = False,
+            stream=None) -> RunReport:
+        """Select against the working tree, run the selection in risk order, store evidence."""
+        started = time.time()
+        with self.open_store() as store:
+            planned = self.plan(base, WORKTREE, store=store)
+            selection = planned.selection
+            snapshot = planned.snapshot
+            order = [d.test_id for d in (selection.decisions if run_all else selection.selected)]
+            known = list(snapshot.tests) if snapshot else []
+            with tempfile.TemporaryDirectory(prefix="fastci-run-") as tmp:
+                plan_file = Path(tmp) / "plan.json"
+                out_file = Path(tmp) / "recording.json"
+                plan_file.write_text(json.dumps(make_plan(order, known)))
+                code = self._pytest(["--fastci-record", f"--fastci-plan={plan_file}",
+                                     f"--fastci-out={out_file}",
+                                     f"--fastci-store={self.store_path}", *pytest_args],
+                                    stream)
+                if not out_file.exists():
+                    raise RunError(f"pytest exited with code {code} before FastCI could "
+                                   "record anything; see its output above")
+                data = json.loads(out_file.read_text())
+            recording, failures = recording_from_json(data)
+            collected = data.get("collected", list(recording.tests))
+            if snapshot is not None:
+                snapshot = store.load_snapshot(snapshot.commit, snapshot.environment.digest,
+                                               with_lines=True)
+                store_run(store, self.repo, snapshot, recording, collected, planned.renames,
+                          planned.inputs.changes.paths)
+            else:
+                from .carry import store_recording  # noqa: PLC0415
+                store_recording(store, self.repo, recording)
+        results = tuple(
+            TestResult(test_id=t.test_id, outcome=t.outcome, duration=t.duration,
+                       dimension=t.dimension, failure=failures.get(t.test_id))
+            for t in (recording.tests[i] for i in recording.order))
+        first = (recording.first_failure_at - recording.started_at
+                 if recording.first_failure_at else None)
+        return RunReport(selection=selection, results=results,
+                         wall_seconds=time.time() - started, time_to_first_failure=first,
+                         extra={"pytest_exit_code": code})
+
+    def _pytest(self, args: list[str], stream) -> int:
+        rootdir = [] if any(a.startswith("--rootdir") for a in args) else \
+            [f"--rootdir={self.repo.root}"]
+        command = [sys.executable, "-m", "pytest", *rootdir, *args]
+        proc = subprocess.run(command, cwd=self.repo.root, stdout=stream, stderr=subprocess.STDOUT
+                              if stream is not None else None, check=False)
+        return proc.returncode
+
+    def record(self, pytest_args: list[str]) -> int:
+        """A full run that records evidence for HEAD; returns pytest's exit code."""
+        return self._pytest(["--fastci-record", f"--fastci-store={self.store_path}",
+                             *pytest_args], None)
+
+
+class RunError(Exception):
+    """A run could not complete; the message says why."""

@@ -1,0 +1,102 @@
+"""What was recorded: per-test runtime evidence and the snapshot of a commit.
+
+Plain frozen dataclasses; the store serialises them and selection reads them. A snapshot
+pins the evidence to the exact contents it was recorded against (`tree`: path -> git blob
+sha), so comparing it with any later tree is exact, dirty working trees included.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+from .environment import Environment
+
+SESSION = "*"  # import-time work done before any test file was collected
+
+
+@dataclass(frozen=True)
+class TestRecord:
+    """One test's evidence from its last run."""
+
+    test_id: str
+    outcome: str  # passed | failed | skipped | error
+    duration: float
+    blocks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # path -> qualnames
+    files: Mapping[str, str] = field(default_factory=dict)  # non-Python path -> blob sha
+    dirs: tuple[str, ...] = ()  # directories the test listed
+    kernels: Mapping[str, str] = field(default_factory=dict)  # "path::qualname" -> hash
+    markers: tuple[str, ...] = ()
+    dimension: str = "correctness"
+    peak_memory: int = 0  # bytes (CUDA peak where CUDA ran, else the RSS high-water mark)
+    cuda: bool = False
+    carried_from: str | None = None  # commit whose run produced this evidence
+    lines: Mapping[str, tuple[int, ...]] | None = None  # loaded on demand (coverage)
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome in ("failed", "error")
+
+    def touches(self, path: str) -> bool:
+        return path in self.blocks or path in self.files
+
+    def payload(self) -> bytes:
+        """The part selection reads, compressed for the store."""
+        return _pack({"b": self.blocks, "f": self.files, "d": list(self.dirs),
+                      "k": self.kernels})
+
+    def with_payload(self, data: bytes) -> "TestRecord":
+        body = _unpack(data)
+        return replace(self, blocks={p: tuple(q) for p, q in body["b"].items()},
+                       files=body["f"], dirs=tuple(body["d"]), kernels=body["k"])
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """All evidence for one (commit, environment)."""
+
+    commit: str
+    environment: Environment
+    tree: Mapping[str, str]  # path -> git blob sha of every file the evidence was recorded on
+    tests: Mapping[str, TestRecord]
+    import_time: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)
+    """path -> qualname -> test files whose collection ran the block (SESSION: before any)."""
+    session_files: Mapping[str, str] = field(default_factory=dict)
+    """Non-Python files read at import or collection time, outside every test."""
+    created_at: float = 0.0
+    source: str = "record"  # record | run
+
+
+def pack_lines(lines: Mapping[str, tuple[int, ...]]) -> bytes:
+    return _pack({p: _ranges(ls) for p, ls in lines.items()})
+
+
+def unpack_lines(data: bytes) -> dict[str, tuple[int, ...]]:
+    out = {}
+    for path, ranges in _unpack(data).items():
+        out[path] = tuple(n for a, b in ranges for n in range(a, b + 1))
+    return out
+
+
+def _ranges(lines: tuple[int, ...]) -> list[tuple[int, int]]:
+    spans: list[list[int]] = []
+    for n in sorted(set(lines)):
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return [tuple(s) for s in spans]
+
+
+def _pack(obj: object) -> bytes:
+    return zlib.compress(json.dumps(obj, separators=(",", ":"), sort_keys=True).encode(), 6)
+
+
+def _unpack(data: bytes) -> dict:
+    return json.loads(zlib.decompress(data))
+
+
+pack = _pack
+unpack = _unpack

@@ -1,0 +1,176 @@
+"""The git edge: revisions, trees as {path: blob sha}, file contents, renames.
+
+Evidence remembers the blob sha of every file it was recorded against, so a change set is
+a comparison of two {path: blob} maps: it is exact for dirty working trees and needs no
+checkout of the base.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+WORKTREE = "WORKTREE"  # the head is the working tree, uncommitted changes included
+
+
+class GitError(Exception):
+    """A git command failed; the message says which and why, for the user."""
+
+
+@dataclass(frozen=True)
+class Repo:
+    root: Path
+
+    @classmethod
+    def find(cls, start: str | Path = ".") -> "Repo":
+        try:
+            out = _git(Path(start), "rev-parse", "--show-toplevel")
+        except GitError:
+            raise GitError(f"{Path(start).resolve()} is not inside a git repository "
+                           "(FastCI compares commits; run `git init` and commit first)") from None
+        return cls(Path(out.strip()))
+
+    def git(self, *args: str, input: bytes | None = None) -> str:
+        return _git(self.root, *args, input=input)
+
+    def resolve(self, rev: str) -> str:
+        """A revision -> full commit sha, or a GitError naming the revision."""
+        if rev == WORKTREE:
+            return WORKTREE
+        try:
+            return self.git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
+        except GitError:
+            raise GitError(f"unknown revision {rev!r}: not a commit in {self.root}") from None
+
+    def head(self) -> str | None:
+        try:
+            return self.resolve("HEAD")
+        except GitError:
+            return None  # a repository with no commit yet
+
+    def merge_base(self, a: str, b: str) -> str | None:
+        try:
+            return self.git("merge-base", a, b).strip() or None
+        except GitError:
+            return None
+
+    def ancestors(self, rev: str, limit: int = 200) -> list[str]:
+        """`rev` and its ancestors, nearest first."""
+        out = self.git("rev-list", f"--max-count={limit}", rev)
+        return out.split()
+
+    def tree(self, rev: str) -> dict[str, str]:
+        """{path: blob sha} of a commit, or of the working tree for WORKTREE."""
+        if rev == WORKTREE:
+            return self._worktree()
+        out = self.git("ls-tree", "-r", "-z", "--full-tree", rev)
+        tree = {}
+        for entry in out.split("\0"):
+            if not entry:
+                continue
+            meta, path = entry.split("\t", 1)
+            mode, kind, sha = meta.split()
+            if kind == "blob":
+                tree[path] = sha
+        return tree
+
+    def _worktree(self) -> dict[str, str]:
+        tree: dict[str, str] = {}
+        for entry in self.git("ls-files", "-s", "-z").split("\0"):
+            if entry:
+                meta, path = entry.split("\t", 1)
+                tree[path] = meta.split()[1]
+        dirty = [p for p in self.git("ls-files", "-z", "-m", "-d").split("\0") if p]
+        untracked = [p for p in self.git("ls-files", "-z", "-o", "--exclude-standard")
+                     .split("\0") if p]
+        rehash = []
+        for path in dict.fromkeys(dirty + untracked):
+            if (self.root / path).is_file():
+                rehash.append(path)
+            else:
+                tree.pop(path, None)  # deleted in the working tree
+        if rehash:
+            shas = self.git("hash-object", "--stdin-paths",
+                            input="\n".join(rehash).encode()).split()
+            tree.update(zip(rehash, shas))
+        return tree
+
+    def read(self, rev: str, path: str) -> bytes:
+        if rev == WORKTREE:
+            return (self.root / path).read_bytes()
+        return _git_bytes(self.root, "show", f"{rev}:{path}")
+
+    def read_many(self, rev: str, paths: list[str]) -> dict[str, bytes]:
+        """Contents of many files at once (one `git cat-file --batch` for a commit)."""
+        if rev == WORKTREE or not paths:
+            return {p: (self.root / p).read_bytes() for p in paths
+                    if (self.root / p).is_file()}
+        request = "".join(f"{rev}:{p}\n" for p in paths).encode()
+        out = _run(self.root, ["cat-file", "--batch"], request)
+        contents, pos = {}, 0
+        for path in paths:
+            newline = out.index(b"\n", pos)
+            header = out[pos:newline].split()
+            pos = newline + 1
+            if len(header) < 3 or header[1] == b"missing":
+                continue
+            size = int(header[2])
+            contents[path] = out[pos:pos + size]
+            pos += size + 1
+        return contents
+
+    def renames(self, base: str, head: str) -> dict[str, str]:
+        """{old path: new path} for files git sees as renamed between two revisions."""
+        args = ["diff", "-M", "--name-status", "-z", base] + ([] if head == WORKTREE else [head])
+        try:
+            out = self.git(*args).split("\0")
+        except GitError:
+            return {}
+        pairs, i = {}, 0
+        while i < len(out) and out[i]:
+            status = out[i]
+            if status.startswith(("R", "C")):
+                if status.startswith("R"):
+                    pairs[out[i + 1]] = out[i + 2]
+                i += 3
+            else:
+                i += 2
+        return pairs
+
+    def hunks(self, old: str, new: str) -> list[tuple[int, int, int, int]]:
+        """Hunks (old_start, old_len, new_start, new_len) between two blobs, no context."""
+        out = self.git("diff", "-U0", "--no-color", old, new)
+        hunks = []
+        for line in out.splitlines():
+            if line.startswith("@@"):
+                before, after = line.split()[1:3]
+                hunks.append((*_span(before[1:]), *_span(after[1:])))
+        return hunks
+
+
+def _span(text: str) -> tuple[int, int]:
+    start, _, length = text.partition(",")
+    return int(start), int(length) if length else 1
+
+
+def _run(cwd: Path, args: list[str], input: bytes | None = None) -> bytes:
+    try:
+        proc = subprocess.run(["git", *args], cwd=cwd, input=input, capture_output=True,
+                              check=False)
+    except FileNotFoundError:
+        raise GitError("git is not installed or not on PATH") from None
+    except NotADirectoryError:
+        raise GitError(f"{cwd} is not a directory") from None
+    if proc.returncode != 0:
+        message = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise GitError(f"git {' '.join(args[:2])} failed: {message[-1] if message else proc.returncode}")
+    return proc.stdout
+
+
+def _git(cwd: Path, *args: str, input: bytes | None = None) -> str:
+    return _run(cwd, list(args), input).decode(errors="surrogateescape")
+
+
+def _git_bytes(cwd: Path, *args: str) -> bytes:
+    return _run(cwd, list(args))

@@ -1,0 +1,115 @@
+"""Block inventories of a whole tree, cached in the store by blob sha.
+
+A file's blocks depend only on its contents, so each blob is parsed once, ever. Also the
+tree-wide facts built on inventories: the static import graph (which test files reach which
+module), and the hash of each Triton kernel with every jit function it calls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict, deque
+from typing import Mapping
+
+from .blocks import FileBlocks, module_name_for, parse_blocks
+from .gitrepo import Repo
+
+
+def is_python(path: str) -> bool:
+    return path.endswith(".py")
+
+
+def load(repo: Repo, rev: str, tree: Mapping[str, str], store, paths=None
+         ) -> dict[str, FileBlocks]:
+    """{path: FileBlocks} for the Python files of a tree (or the `paths` given)."""
+    wanted = [p for p in (paths if paths is not None else tree) if is_python(p) and p in tree]
+    cached = store.load_inventories(tree[p] for p in wanted)
+    missing = [p for p in wanted if tree[p] not in cached]
+    if missing:
+        sources = repo.read_many(rev, missing)
+        fresh = {}
+        for path in missing:
+            name, is_package = module_name_for(path)
+            fresh[tree[path]] = parse_blocks(sources.get(path, b""), name, is_package)
+        store.save_inventories(fresh)
+        cached.update(fresh)
+    return {p: cached[tree[p]] for p in wanted}
+
+
+def _module_index(paths: list[str]) -> dict[str, set[str]]:
+    """Dotted names -> paths, under every suffix of the path (so `src/pkg/mod.py` answers
+    to `pkg.mod` whatever the source root is)."""
+    index: dict[str, set[str]] = defaultdict(set)
+    for path in paths:
+        name, _ = module_name_for(path)
+        if not name:
+            continue
+        parts = name.split(".")
+        for i in range(len(parts)):
+            index[".".join(parts[i:])].add(path)
+    return index
+
+
+class ImportGraph:
+    """Static, conservative: an import that resolves to several files counts for all."""
+
+    def __init__(self, inventories: Mapping[str, FileBlocks]) -> None:
+        index = _module_index(list(inventories))
+        self.importers: dict[str, set[str]] = defaultdict(set)
+        for path, fb in inventories.items():
+            for imported in fb.imports:
+                parts = imported.split(".")
+                for n in range(len(parts), 0, -1):
+                    targets = index.get(".".join(parts[:n]))
+                    if targets:
+                        for target in targets:
+                            self.importers[target].add(path)
+                            # importing pkg.mod runs pkg/__init__.py too
+                        for k in range(1, n):
+                            for init in index.get(".".join(parts[:k]), ()):
+                                self.importers[init].add(path)
+                        break
+
+    def reached_from(self, path: str) -> set[str]:
+        """Every file that imports `path`, directly or through other files."""
+        seen, queue = {path}, deque([path])
+        while queue:
+            for importer in self.importers.get(queue.popleft(), ()):
+                if importer not in seen:
+                    seen.add(importer)
+                    queue.append(importer)
+        return seen
+
+
+def kernel_hashes(inventories: Mapping[str, FileBlocks], kernels: set[str]) -> dict[str, str]:
+    """"path::qualname" -> hash of the kernel and every jit function it calls (by name,
+    transitively, among the jit functions of the tree). A kernel no longer found hashes to
+    "missing"."""
+    jit_by_name: dict[str, list[tuple[str, object]]] = defaultdict(list)
+    for path, fb in inventories.items():
+        for block in fb.blocks:
+            if block.is_jit:
+                jit_by_name[block.qualname.rsplit(".", 1)[-1]].append((path, block))
+    out = {}
+    for key in kernels:
+        path, _, qualname = key.partition("::")
+        fb = inventories.get(path)
+        block = fb.by_qualname().get(qualname) if fb else None
+        if block is None:
+            out[key] = "missing"
+            continue
+        seen: dict[str, str] = {}
+        queue = deque([(path, block)])
+        while queue:
+            p, b = queue.popleft()
+            ident = f"{p}::{b.qualname}"
+            if ident in seen:
+                continue
+            seen[ident] = b.fingerprint
+            for name in b.calls:
+                queue.extend(jit_by_name.get(name, ()))
+        digest = hashlib.blake2b(digest_size=12)
+        for ident in sorted(seen):
+            digest.update(f"{ident}={seen[ident]};".encode())
+        out[key] = digest.hexdigest()
+    return out

@@ -1,0 +1,214 @@
+"""The pytest plugin: records evidence (`--fastci-record`) and runs a selection in risk order
+(`--fastci-plan`). Inert, and cheap to import, unless one of its options is given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+_recorder_key = pytest.StashKey["object"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("fastci", "FastCI runtime-evidence test selection")
+    group.addoption("--fastci-record", action="store_true", default=False,
+                    help="record per-test runtime evidence into the FastCI store")
+    group.addoption("--fastci-store", metavar="PATH", default=None,
+                    help="evidence store (default: .fastci/evidence.db in the repository)")
+    group.addoption("--fastci-plan", metavar="FILE", default=None,
+                    help="run only the tests a FastCI plan selects, in its order")
+    group.addoption("--fastci-out", metavar="FILE", default=None,
+                    help="write what was recorded to FILE (JSON) instead of the store")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config, parser, args) -> None:
+    """Start measuring before conftest files are imported, so their lines count too."""
+    ns = early_config.known_args_namespace
+    if not getattr(ns, "fastci_record", False):
+        return
+    from .gitrepo import GitError, Repo  # noqa: PLC0415
+    from .recorder import Recorder  # noqa: PLC0415
+
+    try:
+        repo = Repo.find(early_config.invocation_params.dir)
+    except GitError as exc:
+        raise pytest.UsageError(f"fastci: cannot record: {exc}") from None
+    recorder = Recorder(repo)
+    recorder.start()
+    early_config.stash[_recorder_key] = recorder
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    recorder = config.stash.get(_recorder_key, None)
+    plan = config.getoption("fastci_plan")
+    if recorder is None and not plan:
+        return
+    config.pluginmanager.register(_Session(config, recorder, plan), "fastci-session")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    recorder = config.stash.get(_recorder_key, None)
+    plan = config.getoption("fastci_plan")
+    if recorder is None and not plan:
+        return "fastci: off (pass --fastci-record to record evidence, or use `fastci run`)"
+    parts = []
+    if recorder is not None:
+        parts.append(f"recording evidence in {recorder.repo.root}")
+    if plan:
+        parts.append(f"running the plan in {plan}")
+    return "fastci: " + "; ".join(parts)
+
+
+class _Session:
+    """The active part: registered only when recording or running a plan."""
+
+    def __init__(self, config: pytest.Config, recorder, plan: str | None) -> None:
+        from .config import ConfigError, load  # noqa: PLC0415
+
+        self.config = config
+        self.recorder = recorder
+        self.plan = json.loads(Path(plan).read_text()) if plan else None
+        self.failures: dict[str, dict] = {}
+        self.collected: list[str] = []
+        self._outcome: dict[str, str] = {}
+        self._duration: dict[str, float] = {}
+        root = recorder.repo.root if recorder else Path(config.rootpath)
+        # Test ids are relative to the repository root, whatever rootdir pytest chose.
+        rel = os.path.relpath(config.rootpath, root)
+        self._prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+        try:
+            self.settings = load(root)
+        except ConfigError as exc:
+            raise pytest.UsageError(f"fastci: {exc}") from None
+
+    def pytest_collection_finish(self, session) -> None:
+        # Hook Triton launches only if the code under test imported Triton while being
+        # collected: importing it ourselves would cost every session half a second.
+        if self.recorder is not None and "triton" in sys.modules:
+            self.recorder.install_kernel_hook()
+
+    def test_id(self, nodeid: str) -> str:
+        return self._prefix + nodeid if self._prefix else nodeid
+
+    # -- collection: contexts per test module, then the plan's selection and order -----------
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(self, collector):
+        if self.recorder is None or not isinstance(collector, pytest.Module):
+            return (yield)
+        rel = Path(str(collector.path)).resolve().relative_to(self.recorder.repo.root.resolve())
+        self.recorder.push(f"collect:{rel.as_posix()}")
+        try:
+            return (yield)
+        finally:
+            self.recorder.pop()
+
+    def pytest_collection_modifyitems(self, session, config, items) -> None:
+        self.collected = [self.test_id(item.nodeid) for item in items]
+        if not self.plan:
+            return
+        from .plan import apply_plan  # noqa: PLC0415
+
+        keep, drop = apply_plan(self.plan, self.collected)
+        by_id = {self.test_id(item.nodeid): item for item in items}
+        if drop:
+            config.hook.pytest_deselected(items=[by_id[i] for i in drop])
+        items[:] = [by_id[i] for i in keep]
+
+    # -- fixtures broader than a test get their own context -----------------------------------
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef, request):
+        if self.recorder is None or fixturedef.scope == "function":
+            return (yield)
+        self.recorder.push(_fixture_context(fixturedef))
+        try:
+            return (yield)
+        finally:
+            self.recorder.pop()
+
+    # -- per test ---------------------------------------------------------------------------
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        if self.recorder is not None:
+            self.recorder.begin_test(self.test_id(item.nodeid), _shared_contexts(item))
+        try:
+            return (yield)
+        finally:
+            if self.recorder is not None:
+                markers = tuple(dict.fromkeys(m.name for m in item.iter_markers()))
+                self.recorder.end_test(
+                    self.test_id(item.nodeid), self._outcome.get(item.nodeid, "passed"),
+                    self._duration.get(item.nodeid, 0.0), markers,
+                    self.settings.dimension_of(markers))
+
+    def pytest_runtest_logreport(self, report) -> None:
+        nodeid = report.nodeid
+        self._duration[nodeid] = self._duration.get(nodeid, 0.0) + report.duration
+        current = self._outcome.get(nodeid, "passed")
+        if report.failed:
+            outcome = "failed" if report.when == "call" else "error"
+            if current not in ("failed", "error"):
+                self._outcome[nodeid] = outcome
+                self.failures[self.test_id(nodeid)] = _failure(report)
+        elif report.skipped and report.when in ("setup", "call") and current == "passed":
+            self._outcome[nodeid] = "passed" if hasattr(report, "wasxfail") else "skipped"
+
+    def pytest_sessionfinish(self, session, exitstatus) -> None:
+        if self.recorder is None:
+            return
+        from .recorder import recording_to_json  # noqa: PLC0415
+        from .store import EvidenceStore, StoreError, default_path  # noqa: PLC0415
+
+        out = self.config.getoption("fastci_out")
+        store_path = self.config.getoption("fastci_store") or default_path(self.recorder.repo.root)
+        try:
+            with EvidenceStore(store_path) as store:
+                recording = self.recorder.finish(store)
+                if out:
+                    data = recording_to_json(recording, self.failures)
+                    data["collected"] = self.collected
+                    Path(out).write_text(json.dumps(data))
+                else:
+                    from .carry import store_recording  # noqa: PLC0415
+
+                    summary = store_recording(store, self.recorder.repo, recording)
+                    self._summary = summary
+        except StoreError as exc:
+            raise pytest.UsageError(f"fastci: {exc}") from None
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        summary = getattr(self, "_summary", None)
+        if summary:
+            terminalreporter.write_line(f"fastci: {summary}")
+
+
+def _fixture_context(fixturedef) -> str:
+    return f"fixture:{fixturedef.scope}:{fixturedef.baseid}::{fixturedef.argname}"
+
+
+def _shared_contexts(item) -> list[str]:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return []
+    contexts = []
+    for name in item.fixturenames:
+        defs = info.name2fixturedefs.get(name)
+        if defs and defs[-1].scope != "function":
+            contexts.append(_fixture_context(defs[-1]))
+    return contexts
+
+
+def _failure(report) -> dict:
+    """Where and why a test failed, for annotations: the innermost frame in the repo."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    where = {"path": None, "line": None, "message": str(report.longrepr)[-2000:],
+             "when": report.when, "at": time.time()}
+    if crash is not None:
+        where.update(path=crash.path, line=crash.lineno, message=crash.message[:2000])
+    return where

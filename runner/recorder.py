@@ -1,0 +1,300 @@
+"""Recording runtime evidence inside a pytest process.
+
+coverage.py measures lines with one dynamic context per test (its C tracer; we write no
+tracer). Work that is shared between tests gets a context of its own and is then credited
+to every test that depends on it:
+
+- `fixture:<scope>:<id>`: a fixture broader than a function, set up once, credited to each
+  test that uses it (otherwise only the first test would carry a session fixture's code);
+- `collect:<test file>`: importing a test module during collection;
+- "" (the empty context): conftest and plugin imports before collection.
+
+Import-time work is where coverage-only selectors miss regressions, so it is kept apart and
+handled by the selection's module-body rules rather than credited to a test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import resource
+import sys
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import inventory, tracing
+from .blocks import MODULE
+from .environment import Environment, current, is_manifest, lock_hash
+from .evidence import SESSION, Snapshot, TestRecord
+from .gitrepo import WORKTREE, Repo
+
+SESSION_CONTEXT = ""
+
+
+def blob_sha(data: bytes) -> str:
+    """The git blob id of some content, so file evidence compares with git trees directly."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+@dataclass
+class _Test:
+    nodeid: str
+    contexts: list[str]
+    start: float
+    outcome: str = "passed"
+    duration: float = 0.0
+    markers: tuple[str, ...] = ()
+    dimension: str = "correctness"
+    peak_memory: int = 0
+    cuda: bool = False
+
+
+@dataclass
+class Recording:
+    """What one pytest session recorded, before it becomes a snapshot."""
+
+    tree: dict[str, str]
+    environment: Environment
+    tests: dict[str, TestRecord]
+    import_time: dict[str, dict[str, list[str]]]
+    session_files: dict[str, str]
+    first_failure_at: float | None = None
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    order: list[str] = field(default_factory=list)
+
+    def snapshot(self, commit: str, source: str) -> Snapshot:
+        return Snapshot(commit=commit, environment=self.environment, tree=self.tree,
+                        tests=self.tests, import_time=self.import_time,
+                        session_files=self.session_files, created_at=time.time(),
+                        source=source)
+
+
+class Recorder:
+    def __init__(self, repo: Repo) -> None:
+        self.repo = repo
+        self.root = str(repo.root)
+        self.tree = repo.tree(WORKTREE)  # the code under test, as the session starts
+        self.context = SESSION_CONTEXT
+        self.files: dict[str, set[str]] = defaultdict(set)
+        self.dirs: dict[str, set[str]] = defaultdict(set)
+        self.kernels: dict[str, set[tuple[str, str]]] = defaultdict(set)
+        self.tests: dict[str, _Test] = {}
+        self.started_at = time.time()
+        self.first_failure_at: float | None = None
+        self._stack: list[str] = []
+        self._cov = None
+        self._kernel_hook = tracing.KernelHook(self._on_launch)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        import coverage  # noqa: PLC0415 (only a recording session pays for it)
+
+        self._cov = coverage.Coverage(
+            data_file=None, source=[self.root], branch=False, config_file=False,
+            omit=["*/site-packages/*", "*/.venv/*", "*/.fastci/*", "*/.git/*"],
+            messages=False)
+        self._cov.start()
+        self._cov.switch_context(SESSION_CONTEXT)
+        tracing.start(self._on_file)
+
+    def install_kernel_hook(self) -> None:
+        self._kernel_hook.install()
+
+    def switch(self, context: str) -> None:
+        self.context = context
+        if self._cov is not None:
+            self._cov.switch_context(context)
+
+    def push(self, context: str) -> None:
+        self._stack.append(self.context)
+        self.switch(context)
+
+    def pop(self) -> None:
+        self.switch(self._stack.pop() if self._stack else SESSION_CONTEXT)
+
+    # -- events ------------------------------------------------------------------------------
+    def _on_file(self, kind: str, path: str) -> None:
+        full = path if path.startswith("/") else os.path.join(os.getcwd(), path)
+        if kind == "open":
+            if tracing.wants(full, self.root) and os.path.isfile(full):
+                self.files[self.context].add(os.path.normpath(full))
+        elif full.startswith(self.root):
+            self.dirs[self.context].add(os.path.normpath(full))
+
+    def _on_launch(self, filename: str, qualname: str) -> None:
+        if filename.startswith(self.root):
+            self.kernels[self.context].add((os.path.relpath(filename, self.root), qualname))
+
+    # -- per test ----------------------------------------------------------------------------
+    def begin_test(self, nodeid: str, shared_contexts: list[str]) -> None:
+        self.tests[nodeid] = _Test(nodeid, [nodeid, *shared_contexts], time.perf_counter())
+        self._rss_before = _max_rss()
+        _cuda_begin()
+        self.push(nodeid)
+
+    def end_test(self, nodeid: str, outcome: str, duration: float, markers: tuple[str, ...],
+                 dimension: str) -> None:
+        self.pop()
+        test = self.tests[nodeid]
+        test.outcome, test.duration = outcome, duration
+        test.markers, test.dimension = markers, dimension
+        cuda_peak = _cuda_end()
+        test.cuda = cuda_peak is not None
+        test.peak_memory = cuda_peak if cuda_peak is not None else \
+            max(0, _max_rss() - self._rss_before)
+        if outcome in ("failed", "error") and self.first_failure_at is None:
+            self.first_failure_at = time.time()
+
+    # -- the end -----------------------------------------------------------------------------
+    def finish(self, store) -> Recording:
+        tracing.stop()
+        self._kernel_hook.uninstall()
+        data = None
+        if self._cov is not None:
+            self._cov.stop()
+            data = self._cov.get_data()
+        lines_by_context: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
+        if data is not None:
+            for filename in data.measured_files():
+                rel = os.path.relpath(filename, self.root)
+                if rel.startswith("..") or rel not in self.tree:
+                    continue  # outside the repo, or written during the run
+                for line, contexts in data.contexts_by_lineno(filename).items():
+                    for context in contexts:
+                        lines_by_context[context][rel].add(line)
+        paths = {p for ctx in lines_by_context.values() for p in ctx}
+        inventories = inventory.load(self.repo, WORKTREE, self.tree, store)
+        tests = {}
+        all_kernels = {f"{p}::{q}" for ks in self.kernels.values() for p, q in ks}
+        kernel_hash = inventory.kernel_hashes(inventories, all_kernels)
+        shas = _FileHasher(self.root, self.tree)
+        for nodeid, test in self.tests.items():
+            lines: dict[str, set[int]] = defaultdict(set)
+            files: set[str] = set()
+            dirs: set[str] = set()
+            kernels: set[tuple[str, str]] = set()
+            for context in test.contexts:
+                for path, ls in lines_by_context.get(context, {}).items():
+                    lines[path] |= ls
+                files |= self.files.get(context, set())
+                dirs |= self.dirs.get(context, set())
+                kernels |= self.kernels.get(context, set())
+            blocks = {}
+            for path, ls in lines.items():
+                fb = inventories.get(path)
+                if fb is None:
+                    continue
+                blocks[path] = tuple(sorted({fb.owner_of(n) for n in ls}))
+            for path, qualname in kernels:  # a launch is evidence even without its lines
+                if path in inventories and qualname not in blocks.get(path, ()):
+                    blocks[path] = tuple(sorted({*blocks.get(path, ()), qualname}))
+            tests[nodeid] = TestRecord(
+                test_id=nodeid, outcome=test.outcome, duration=test.duration,
+                blocks=blocks, files=shas.hash_all(files),
+                dirs=tuple(sorted(os.path.relpath(d, self.root) for d in dirs)),
+                kernels={k: kernel_hash[k] for k in (f"{p}::{q}" for p, q in kernels)},
+                markers=test.markers, dimension=test.dimension,
+                peak_memory=test.peak_memory, cuda=test.cuda,
+                lines={p: tuple(sorted(ls)) for p, ls in lines.items()})
+        import_time: dict[str, dict[str, list[str]]] = defaultdict(dict)
+        session_files: dict[str, str] = {}
+        for context, by_path in lines_by_context.items():
+            if context == SESSION_CONTEXT:
+                origin = SESSION
+            elif context.startswith("collect:"):
+                origin = context[len("collect:"):]
+            else:
+                continue
+            for path, ls in by_path.items():
+                fb = inventories.get(path)
+                if fb is None:
+                    continue
+                for qualname in {fb.owner_of(n) for n in ls} - {MODULE}:
+                    if fb.by_qualname()[qualname].kind == "function":
+                        import_time[path].setdefault(qualname, [])
+                        if origin not in import_time[path][qualname]:
+                            import_time[path][qualname].append(origin)
+        for context, opened in self.files.items():
+            if context == SESSION_CONTEXT or context.startswith("collect:"):
+                session_files.update(shas.hash_all(opened))
+        manifests = {p: (Path(self.root) / p).read_bytes() for p in self.tree
+                     if is_manifest(p) and (Path(self.root) / p).is_file()}
+        return Recording(
+            tree=self.tree, environment=current(lock_hash(manifests)), tests=tests,
+            import_time={p: {q: sorted(o) for q, o in qs.items()} for p, qs in import_time.items()},
+            session_files=session_files, first_failure_at=self.first_failure_at,
+            started_at=self.started_at, finished_at=time.time(), order=list(self.tests))
+
+
+class _FileHasher:
+    """Content hashes of the non-Python files tests opened, each file read once."""
+
+    def __init__(self, root: str, tree: dict[str, str]) -> None:
+        self.root = root
+        self.tree = tree
+        self._cache: dict[str, str] = {}
+
+    def hash_all(self, paths: set[str]) -> dict[str, str]:
+        out = {}
+        for full in paths:
+            rel = os.path.relpath(full, self.root)
+            if rel not in self._cache:
+                try:
+                    self._cache[rel] = blob_sha(Path(full).read_bytes())
+                except OSError:
+                    self._cache[rel] = "unreadable"
+            out[rel] = self._cache[rel]
+        return out
+
+
+def _max_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _cuda_begin() -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _cuda_end() -> int | None:
+    """Peak CUDA memory of the test, or None when it allocated nothing on a GPU."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    peak = torch.cuda.max_memory_allocated()
+    return peak or None
+
+
+def recording_to_json(rec: Recording, failures: dict[str, dict]) -> dict:
+    """The hand-over from a pytest process to the `fastci run` process that started it."""
+    return {
+        "tree": rec.tree, "environment": json.loads(rec.environment.to_json()),
+        "import_time": rec.import_time, "session_files": rec.session_files,
+        "first_failure_at": rec.first_failure_at, "started_at": rec.started_at,
+        "finished_at": rec.finished_at, "order": rec.order, "failures": failures,
+        "tests": [{**{k: v for k, v in asdict(t).items()},
+                   "lines": {p: list(ls) for p, ls in (t.lines or {}).items()}}
+                  for t in rec.tests.values()],
+    }
+
+
+def recording_from_json(data: dict) -> tuple[Recording, dict[str, dict]]:
+    tests = {}
+    for t in data["tests"]:
+        t = dict(t)
+        t["blocks"] = {p: tuple(q) for p, q in t["blocks"].items()}
+        t["lines"] = {p: tuple(ls) for p, ls in t["lines"].items()}
+        t["dirs"] = tuple(t["dirs"])
+        t["markers"] = tuple(t["markers"])
+        tests[t["test_id"]] = TestRecord(**t)
+    rec = Recording(tree=data["tree"], environment=Environment(**data["environment"]),
+                    tests=tests, import_time=data["import_time"],
+                    session_files=data["session_files"],
+                    first_failure_at=data["first_failure_at"], started_at=data["started_at"],
+                    finished_at=data["finished_at"], order=data["order"])
+    return rec, data["failures"]

@@ -1,0 +1,129 @@
+"""The contract: what a selection decided, and what a run found.
+
+Everything downstream (the CLI's tables and JSON, the GitHub check runs, the demo's HTML)
+reads these dataclasses. The JSON form is versioned (`SELECTION_SCHEMA`); fields are only
+ever added within a version.
+
+JSON of `fastci select --format json` (schema "fastci.selection/1"):
+
+    {"schema": "fastci.selection/1",
+     "base": "<sha of the evidence used, or null>", "head": "<sha or WORKTREE>",
+     "mode": "trace-diff" | "all",
+     "select_all_reason": null | "<why every test was selected>",
+     "changed_files": ["path", ...],
+     "tests": [{"id": "<pytest node id or prefix>", "decision": "selected" | "skipped",
+                "risk": 0.0-1.0, "rank": 1.. | null, "reasons": ["..."],
+                "expected_seconds": 0.12, "dimension": "correctness", "new": false}, ...],
+     "summary": {"total": N, "selected": N, "skipped": N,
+                 "expected_seconds_selected": S, "expected_seconds_total": S,
+                 "expected_seconds_saved": S}}
+
+Selected tests come first, in run order (rank 1 runs first); skipped tests follow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+SELECTION_SCHEMA = "fastci.selection/1"
+
+
+@dataclass(frozen=True)
+class Decision:
+    test_id: str
+    selected: bool
+    reasons: tuple[str, ...]
+    risk: float = 0.0
+    expected_seconds: float = 0.0
+    rank: int | None = None
+    dimension: str = "correctness"
+    new: bool = False
+
+    def to_json(self) -> dict:
+        return {"id": self.test_id, "decision": "selected" if self.selected else "skipped",
+                "risk": round(self.risk, 4), "rank": self.rank, "reasons": list(self.reasons),
+                "expected_seconds": round(self.expected_seconds, 4),
+                "dimension": self.dimension, "new": self.new}
+
+
+@dataclass(frozen=True)
+class Selection:
+    base: str | None
+    head: str
+    decisions: tuple[Decision, ...]
+    select_all_reason: str | None = None
+    changed_files: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def mode(self) -> str:
+        return "all" if self.select_all_reason else "trace-diff"
+
+    @property
+    def selected(self) -> list[Decision]:
+        return sorted((d for d in self.decisions if d.selected), key=lambda d: d.rank or 0)
+
+    @property
+    def skipped(self) -> list[Decision]:
+        return [d for d in self.decisions if not d.selected]
+
+    def decision(self, test_id: str) -> Decision | None:
+        for d in self.decisions:
+            if d.test_id == test_id:
+                return d
+        return None
+
+    def summary(self) -> dict:
+        total = sum(d.expected_seconds for d in self.decisions)
+        chosen = sum(d.expected_seconds for d in self.decisions if d.selected)
+        return {"total": len(self.decisions), "selected": len(self.selected),
+                "skipped": len(self.skipped), "expected_seconds_selected": round(chosen, 3),
+                "expected_seconds_total": round(total, 3),
+                "expected_seconds_saved": round(total - chosen, 3)}
+
+    def to_json(self) -> dict:
+        return {"schema": SELECTION_SCHEMA, "base": self.base, "head": self.head,
+                "mode": self.mode, "select_all_reason": self.select_all_reason,
+                "changed_files": list(self.changed_files), "notes": list(self.notes),
+                "tests": [d.to_json() for d in self.selected + self.skipped],
+                "summary": self.summary()}
+
+
+@dataclass(frozen=True)
+class TestResult:
+    test_id: str
+    outcome: str
+    duration: float
+    dimension: str = "correctness"
+    failure: dict | None = None  # path, line, message of the failing assertion
+    flaky: bool = False
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """What `fastci run` did: the selection, then what running it found."""
+
+    selection: Selection
+    results: tuple[TestResult, ...] = ()
+    wall_seconds: float = 0.0
+    time_to_first_failure: float | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def failures(self) -> list[TestResult]:
+        return [r for r in self.results if r.outcome in ("failed", "error") and not r.flaky]
+
+    def summary(self) -> dict:
+        s = self.selection.summary()
+        ran = sum(r.duration for r in self.results)
+        return {**s, "ran": len(self.results), "failed": len(self.failures),
+                "test_seconds_run": round(ran, 3),
+                "actual_seconds_saved": round(max(s["expected_seconds_total"] - ran, 0.0), 3),
+                "wall_seconds": round(self.wall_seconds, 3),
+                "time_to_first_failure": None if self.time_to_first_failure is None
+                else round(self.time_to_first_failure, 3)}
+
+    def to_json(self) -> dict:
+        return {"schema": "fastci.run/1", "selection": self.selection.to_json(),
+                "results": [asdict(r) for r in self.results], "summary": self.summary(),
+                **self.extra}

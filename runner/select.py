@@ -1,0 +1,299 @@
+"""Selection: for every test, selected or skipped, and why. Pure functions over plain data.
+
+Safety rules come first and each one selects with its reason; then the trace diff; then the
+risk order. When anything is unclear the answer is to select, and to say why.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from . import risk as risk_model
+from .blocks import MODULE, FileBlocks
+from .changes import ChangeSet, blocks_reading, is_native, is_pytest_config
+from .config import Settings
+from .environment import Environment, is_manifest
+from .evidence import SESSION, Snapshot, TestRecord
+from .inventory import ImportGraph
+from .report import Decision, Selection
+
+MAX_EXAMPLES = 3
+
+
+@dataclass(frozen=True)
+class History:
+    outcomes: Mapping[str, Sequence[str]] = field(default_factory=dict)  # newest first
+    durations: Mapping[str, float] = field(default_factory=dict)
+    cofailure: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SelectionInput:
+    head: str
+    head_tree: Mapping[str, str]
+    environment: Environment  # where the selected tests will run
+    snapshot: Snapshot | None  # the evidence; None when there is none to use
+    changes: ChangeSet
+    head_inventories: Mapping[str, FileBlocks]
+    import_graph: ImportGraph
+    static_tests: Sequence[str]  # test functions found at the head, as node-id prefixes
+    head_kernels: Mapping[str, str]  # kernel -> hash at the head, for kernels in evidence
+    untracked_shas: Mapping[str, str] = field(default_factory=dict)
+    settings: Settings = field(default_factory=Settings)
+    history: History = field(default_factory=History)
+    no_evidence_reason: str | None = None
+
+
+def test_file(test_id: str) -> str:
+    return test_id.split("::", 1)[0]
+
+
+def test_function(test_id: str) -> tuple[str, str]:
+    """`tests/t.py::TestA::test_b[x]` -> ("tests/t.py", "TestA.test_b")."""
+    path, _, rest = test_id.split("[", 1)[0].partition("::")
+    return path, rest.replace("::", ".")
+
+
+def function_id(test_id: str) -> str:
+    return test_id.split("[", 1)[0]
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _select_all_reasons(inp: SelectionInput) -> list[str]:
+    snap, changes = inp.snapshot, inp.changes
+    reasons = []
+    if snap.environment.digest != inp.environment.digest:
+        reasons.append(f"evidence was recorded under another environment "
+                       f"({snap.environment.describe()}); this one is "
+                       f"{inp.environment.describe()}")
+    for change in changes.files:
+        path = change.path
+        if is_manifest(path):
+            reasons.append(f"dependency manifest {path} {change.status}")
+        elif is_pytest_config(path):
+            reasons.append(f"pytest configuration {path} {change.status}")
+        elif is_native(path):
+            reasons.append(f"{path} {change.status}: native code or a build input FastCI "
+                           "cannot map to the tests that load it")
+    if snap.environment.lock_hash != inp.environment.lock_hash and not any(
+            is_manifest(c.path) for c in changes.files):
+        reasons.append("the dependency lock differs from the one the evidence was recorded "
+                       "with")
+    for path, sha in sorted(snap.session_files.items()):
+        if _file_sha(inp, path) != sha:
+            reasons.append(f"{path} was read at import time, outside any test, and changed")
+    for path, qualnames in snap.import_time.items():
+        for qualname, origins in qualnames.items():
+            if SESSION in origins and (path, qualname) in changes.blocks:
+                reasons.append(f"{path}::{qualname} ran at session start (conftest or plugin "
+                               "import) and changed")
+    for change in changes.files:
+        if change.path.rsplit("/", 1)[-1] == "conftest.py" and "/" not in change.path \
+                and _conftest_changed(change.path, changes):
+            reasons.append(f"the root conftest.py {change.status} at module level")
+    return reasons
+
+
+def _conftest_changed(path: str, changes: ChangeSet) -> bool:
+    status = changes.blocks.get((path, MODULE))
+    return status is not None or path in changes.unparseable
+
+
+def _file_sha(inp: SelectionInput, path: str) -> str | None:
+    if path in inp.head_tree:
+        return inp.head_tree[path]
+    return inp.untracked_shas.get(path)
+
+
+class _Rules:
+    """Per-test rules, with the tree-wide facts they share computed once."""
+
+    def __init__(self, inp: SelectionInput) -> None:
+        self.inp = inp
+        changes = inp.changes
+        self.changed_blocks = changes.blocks
+        self.name_hits = blocks_reading(changes, inp.head_inventories)
+        self.reached: dict[str, set[str]] = {}
+        watch = set(changes.unresolved) | set(changes.unparseable)
+        self.import_time_changes = []
+        for (path, qualname) in changes.blocks:
+            origins = inp.snapshot.import_time.get(path, {}).get(qualname)
+            if origins is not None:
+                self.import_time_changes.append((path, qualname, set(origins)))
+                watch.add(path)
+        for path in watch:
+            self.reached[path] = inp.import_graph.reached_from(path)
+        self.conftest_dirs = sorted(
+            posixpath.dirname(c.path) for c in changes.files
+            if c.path.rsplit("/", 1)[-1] == "conftest.py" and "/" in c.path
+            and _conftest_changed(c.path, changes))
+        status = changes.file_status()
+        self.added_or_removed = defaultdict(list)
+        for path, change in status.items():
+            if change.status in ("added", "removed", "renamed"):
+                self.added_or_removed[posixpath.dirname(path)].append(path)
+
+    def reasons(self, test: TestRecord) -> tuple[list[str], int]:
+        inp, changes = self.inp, self.inp.changes
+        out: list[str] = []
+        tfile = test_file(test.test_id)
+        units = 0
+        if test.failed:
+            out.append(f"it {test.outcome} in the last run")
+        own = test_function(test.test_id)
+        if own in self.changed_blocks:
+            out.append(f"the test's own code changed ({own[0]}::{own[1]})")
+        hits, name_hits, unresolved = [], [], []
+        for path, qualnames in test.blocks.items():
+            for qualname in qualnames:
+                key = (path, qualname)
+                if key in self.changed_blocks:
+                    hits.append(f"{path}::{qualname} ({self.changed_blocks[key]})")
+                elif key in self.name_hits:
+                    names = ", ".join(sorted(self.name_hits[key]))
+                    name_hits.append(f"{path}::{qualname} reads {names}")
+            if path in changes.unresolved:
+                unresolved.append(path)
+        units += len(hits) + len(name_hits)
+        if hits:
+            out.append(_examples("executed changed code", hits))
+        if name_hits:
+            out.append(_examples("executed code that reads a changed module or class value",
+                                 name_hits))
+        for path in sorted(changes.unresolved):
+            why = changes.unresolved[path]
+            if path in unresolved:
+                out.append(f"executed code in {path}, which changed at module level ({why})")
+                units += 1
+            elif tfile in self.reached.get(path, ()):
+                out.append(f"{tfile} imports {path}, which changed at module level ({why})")
+                units += 1
+        for path, error in sorted(changes.unparseable.items()):
+            if path in test.blocks or tfile in self.reached.get(path, ()) or path == tfile:
+                out.append(f"{path} {error}, and this test depends on it")
+                units += 1
+        for path, qualname, origins in self.import_time_changes:
+            if qualname in test.blocks.get(path, ()):
+                continue  # already a reason: it executed the block itself
+            if tfile in origins or tfile in self.reached.get(path, ()):
+                out.append(f"{path}::{qualname} runs at import time for {tfile} and changed")
+                units += 1
+        for directory in self.conftest_dirs:
+            if tfile.startswith(directory + "/"):
+                out.append(f"{directory}/conftest.py changed at module level")
+                units += 1
+        changed_files = []
+        for path, sha in test.files.items():
+            now = _file_sha(inp, path)
+            if now != sha:
+                changed_files.append(f"{path} ({'removed' if now is None else 'changed'})")
+        if changed_files:
+            units += len(changed_files)
+            out.append(_examples("read a changed file", changed_files))
+        for directory in test.dirs:
+            entries = self.added_or_removed.get(directory)
+            if entries:
+                out.append(f"listed {directory or '.'}/, where files were added or removed "
+                           f"({', '.join(entries[:MAX_EXAMPLES])})")
+                units += 1
+        kernels = [k for k, h in test.kernels.items() if inp.head_kernels.get(k, "missing") != h]
+        if kernels:
+            units += len(kernels)
+            out.append(_examples("launched a Triton kernel whose source, or a jit function it "
+                                 "calls, changed", kernels))
+        return out, units
+
+    def skip_reason(self, test: TestRecord) -> str:
+        nblocks = sum(len(q) for q in test.blocks.values())
+        parts = [_plural(nblocks, "block"), f"in {_plural(len(test.blocks), 'file')}"]
+        extra = []
+        if test.files:
+            extra.append(_plural(len(test.files), "data file"))
+        if test.kernels:
+            extra.append(_plural(len(test.kernels), "kernel"))
+        detail = " ".join(parts) + ("; " + ", ".join(extra) if extra else "")
+        return f"nothing it executed or read changed ({detail})"
+
+
+def _examples(label: str, items: list[str]) -> str:
+    shown = ", ".join(items[:MAX_EXAMPLES])
+    more = f" and {len(items) - MAX_EXAMPLES} more" if len(items) > MAX_EXAMPLES else ""
+    return f"{label}: {shown}{more}"
+
+
+def select(inp: SelectionInput) -> Selection:
+    """Decide every test. The head's tests are those in evidence (unless their file is
+    gone) plus the test functions found statically at the head that evidence lacks."""
+    snap = inp.snapshot
+    facts: dict[str, tuple[bool, list[str], int, TestRecord | None]] = {}
+    notes: list[str] = []
+    known_functions: set[str] = set()
+    all_reasons: list[str] = []
+    if snap is None:
+        all_reasons = [inp.no_evidence_reason or "no evidence to select from"]
+    else:
+        all_reasons = _select_all_reasons(inp)
+        rules = None if all_reasons else _Rules(inp)
+        gone = 0
+        for test_id, test in snap.tests.items():
+            path = test_file(test_id)
+            if path not in inp.head_tree:
+                gone += 1
+                continue
+            known_functions.add(function_id(test_id))
+            if rules is None:
+                facts[test_id] = (True, list(all_reasons), 0, test)
+                continue
+            reasons, units = rules.reasons(test)
+            if reasons:
+                facts[test_id] = (True, reasons, units, test)
+            else:
+                facts[test_id] = (False, [rules.skip_reason(test)], 0, test)
+        if gone:
+            notes.append(f"{_plural(gone, 'test')} in removed test files left out")
+    for prefix in inp.static_tests:
+        if prefix not in known_functions and prefix not in facts:
+            reasons = ["new test: no evidence yet"] if snap is not None else list(all_reasons)
+            facts[prefix] = (True, reasons, 0, None)
+    return _rank(inp, facts, all_reasons, notes)
+
+
+def _rank(inp: SelectionInput, facts, all_reasons: list[str], notes: list[str]) -> Selection:
+    history, settings = inp.history, inp.settings
+    known = [t.duration for _, _, _, t in facts.values() if t is not None]
+    known += list(history.durations.values())
+    fallback = risk_model.typical_seconds(known)
+    changed_units = max(len(inp.changes.blocks) + len(inp.changes.files), 1)
+    changed_paths = set(inp.changes.paths)
+    scored = {}
+    for test_id, (chosen, reasons, units, test) in facts.items():
+        seconds = risk_model.expected_seconds(
+            test_id, history.durations, test.duration if test else None, fallback)
+        cofail = {p: r for p, r in history.cofailure.get(test_id, {}).items()
+                  if p in changed_paths}
+        value = risk_model.risk(
+            risk_model.RiskFacts(test_id, test is None, units, seconds),
+            history.outcomes.get(test_id, ()), cofail, changed_units,
+            settings.failure_half_life)
+        scored[test_id] = (value, seconds)
+    ranked = risk_model.order([(t, *scored[t]) for t, f in facts.items() if f[0]])
+    rank = {test_id: i + 1 for i, test_id in enumerate(ranked)}
+    decisions = []
+    for test_id, (chosen, reasons, units, test) in sorted(facts.items()):
+        value, seconds = scored[test_id]
+        decisions.append(Decision(
+            test_id=test_id, selected=chosen, reasons=tuple(reasons), risk=value,
+            expected_seconds=seconds, rank=rank.get(test_id),
+            dimension=test.dimension if test else settings.default_dimension,
+            new=test is None))
+    snap = inp.snapshot
+    return Selection(base=snap.commit if snap else None, head=inp.head,
+                     decisions=tuple(decisions),
+                     select_all_reason="; ".join(all_reasons) if all_reasons else None,
+                     changed_files=tuple(inp.changes.paths), notes=tuple(notes))

@@ -1,0 +1,394 @@
+"""The evidence store: one SQLite file, keyed by (commit, environment).
+
+Evidence is a cache: losing it costs time (tests get selected), never safety. The file is
+content-addressed where it can be (file inventories by blob sha, test evidence by digest),
+so carrying a skipped test's evidence to a new commit copies a row id, not its data.
+
+Schema history (bump SCHEMA_VERSION on any change; an older file is moved aside, kept, and
+rebuilt empty; a corrupt or foreign file is an error the user decides about):
+  1  first version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import time
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from .blocks import Block, FileBlocks, Statement
+from .environment import Environment
+from .evidence import Snapshot, TestRecord, pack, pack_lines, unpack, unpack_lines
+
+SCHEMA_VERSION = 1
+APPLICATION_ID = 0x46434931  # "FCI1": marks the file as ours for `file(1)` and for us
+
+SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE inventories (blob TEXT PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE trees (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE evidence (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE lines (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE snapshots (
+    id INTEGER PRIMARY KEY,
+    commit_sha TEXT NOT NULL,
+    env TEXT NOT NULL,
+    env_json TEXT NOT NULL,
+    tree TEXT NOT NULL REFERENCES trees(digest),
+    import_time TEXT NOT NULL,
+    session_files TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    source TEXT NOT NULL,
+    UNIQUE (commit_sha, env)
+);
+CREATE TABLE tests (
+    snapshot INTEGER NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,
+    test_id TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    duration REAL NOT NULL,
+    evidence TEXT NOT NULL REFERENCES evidence(digest),
+    lines TEXT REFERENCES lines(digest),
+    markers TEXT NOT NULL,
+    dimension TEXT NOT NULL,
+    peak_memory INTEGER NOT NULL,
+    cuda INTEGER NOT NULL,
+    carried_from TEXT,
+    PRIMARY KEY (snapshot, test_id)
+);
+CREATE TABLE history (
+    id INTEGER PRIMARY KEY,
+    at REAL NOT NULL,
+    commit_sha TEXT NOT NULL,
+    env TEXT NOT NULL,
+    test_id TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    duration REAL NOT NULL,
+    flaky INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX history_test ON history (test_id, id);
+CREATE TABLE cofailures (
+    path TEXT NOT NULL,
+    test_id TEXT NOT NULL,
+    failures INTEGER NOT NULL,
+    PRIMARY KEY (path, test_id)
+);
+CREATE TABLE changes (path TEXT PRIMARY KEY, runs INTEGER NOT NULL);
+"""
+
+
+class StoreError(Exception):
+    """The store cannot be used; the message tells the user what to do."""
+
+
+def default_path(repo_root: Path) -> Path:
+    return Path(os.environ.get("FASTCI_STORE") or repo_root / ".fastci" / "evidence.db")
+
+
+class EvidenceStore:
+    """SQLite evidence store. Safe for two writers: WAL, a busy timeout, and every write in
+    one IMMEDIATE transaction."""
+
+    def __init__(self, path: str | Path, *, create: bool = True) -> None:
+        self.path = Path(path)
+        if not self.path.exists():
+            if not create:
+                raise StoreError(f"no evidence store at {self.path}: run `fastci record` first")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            ignore = self.path.parent / ".gitignore"
+            if self.path.parent.name == ".fastci" and not ignore.exists():
+                ignore.write_text("# FastCI's evidence store: a cache, never committed\n*\n")
+        elif not self.path.is_file():
+            raise StoreError(f"evidence store {self.path} is not a file")
+        self._db = self._open()
+
+    # -- opening ---------------------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open evidence store {self.path}: {exc}") from None
+        db.execute("PRAGMA busy_timeout = 30000")
+        return db
+
+    def _open(self) -> sqlite3.Connection:
+        db = self._connect()
+        try:
+            app_id = db.execute("PRAGMA application_id").fetchone()[0]
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        except sqlite3.DatabaseError as exc:
+            db.close()
+            raise StoreError(
+                f"{self.path} is not a FastCI evidence store ({exc}). It may be corrupt or "
+                "another program's file. Move it away or pass another --store; evidence is a "
+                "cache, so starting empty only costs time.") from None
+        if not tables:
+            self._create(db)
+            return db
+        if app_id != APPLICATION_ID or "meta" not in tables:
+            db.close()
+            raise StoreError(
+                f"{self.path} is an SQLite file but not a FastCI evidence store (no FastCI "
+                "header). Refusing to touch it: pass another --store.")
+        version = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if version is None or int(version[0]) != SCHEMA_VERSION:
+            db.close()
+            return self._rebuild(version[0] if version else "unknown")
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA foreign_keys = ON")
+        return db
+
+    def _create(self, db: sqlite3.Connection) -> None:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA foreign_keys = ON")
+        with _transaction(db):
+            if db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                return  # another writer created it while we waited
+            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+
+    def _rebuild(self, found: str) -> sqlite3.Connection:
+        backup = self.path.with_name(f"{self.path.name}.v{found}.bak")
+        os.replace(self.path, backup)
+        for suffix in ("-wal", "-shm"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        import sys
+        print(f"fastci: evidence store {self.path} has schema version {found}, this FastCI "
+              f"uses {SCHEMA_VERSION}; kept it as {backup.name} and started a new one",
+              file=sys.stderr)
+        db = self._connect()
+        self._create(db)
+        return db
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "EvidenceStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- file inventories (content-addressed by blob sha) ---------------------------------
+    def save_inventories(self, inventories: dict[str, FileBlocks]) -> None:
+        rows = [(blob, pack(_inventory_to_json(fb))) for blob, fb in inventories.items()]
+        with _transaction(self._db):
+            self._db.executemany("INSERT OR IGNORE INTO inventories VALUES (?, ?)", rows)
+
+    def load_inventories(self, blobs: Iterable[str]) -> dict[str, FileBlocks]:
+        wanted = list(dict.fromkeys(blobs))
+        found: dict[str, FileBlocks] = {}
+        for chunk in _chunks(wanted, 500):
+            marks = ",".join("?" * len(chunk))
+            for blob, data in self._db.execute(
+                    f"SELECT blob, data FROM inventories WHERE blob IN ({marks})", chunk):
+                found[blob] = _inventory_from_json(unpack(data))
+        return found
+
+    # -- snapshots -------------------------------------------------------------------------
+    def save_snapshot(self, snap: Snapshot) -> None:
+        """Store (or replace) the evidence of one (commit, environment)."""
+        tree_data = pack(dict(snap.tree))
+        tree_digest = hashlib.sha256(tree_data).hexdigest()
+        evidence_rows, line_rows, test_rows = {}, {}, []
+        for test in snap.tests.values():
+            payload = test.payload()
+            digest = hashlib.sha256(payload).hexdigest()
+            evidence_rows[digest] = payload
+            lines_digest = None
+            if test.lines is not None:
+                packed = pack_lines(test.lines)
+                lines_digest = hashlib.sha256(packed).hexdigest()
+                line_rows[lines_digest] = packed
+            test_rows.append((test.test_id, test.outcome, test.duration, digest, lines_digest,
+                              json.dumps(list(test.markers)), test.dimension, test.peak_memory,
+                              int(test.cuda), test.carried_from))
+        env = snap.environment
+        with _transaction(self._db):
+            self._db.execute("INSERT OR IGNORE INTO trees VALUES (?, ?)", (tree_digest, tree_data))
+            self._db.executemany("INSERT OR IGNORE INTO evidence VALUES (?, ?)",
+                                 evidence_rows.items())
+            self._db.executemany("INSERT OR IGNORE INTO lines VALUES (?, ?)", line_rows.items())
+            self._db.execute("DELETE FROM snapshots WHERE commit_sha=? AND env=?",
+                             (snap.commit, env.digest))
+            cur = self._db.execute(
+                "INSERT INTO snapshots (commit_sha, env, env_json, tree, import_time, "
+                "session_files, created_at, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (snap.commit, env.digest, env.to_json(), tree_digest,
+                 json.dumps(snap.import_time, sort_keys=True),
+                 json.dumps(snap.session_files, sort_keys=True),
+                 snap.created_at or time.time(), snap.source))
+            sid = cur.lastrowid
+            self._db.executemany(
+                "INSERT INTO tests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(sid, *row) for row in test_rows])
+
+    def snapshot_envs(self, commit: str) -> list[Environment]:
+        rows = self._db.execute(
+            "SELECT env_json FROM snapshots WHERE commit_sha=? ORDER BY created_at DESC",
+            (commit,))
+        return [Environment.from_json(r[0]) for r in rows]
+
+    def commits_with_evidence(self, env_digest: str | None = None) -> set[str]:
+        if env_digest is None:
+            rows = self._db.execute("SELECT commit_sha FROM snapshots")
+        else:
+            rows = self._db.execute("SELECT commit_sha FROM snapshots WHERE env=?", (env_digest,))
+        return {r[0] for r in rows}
+
+    def load_snapshot(self, commit: str, env_digest: str, *, with_lines: bool = False
+                      ) -> Snapshot | None:
+        row = self._db.execute(
+            "SELECT s.id, s.env_json, t.data, s.import_time, s.session_files, s.created_at, "
+            "s.source FROM snapshots s JOIN trees t ON t.digest = s.tree "
+            "WHERE s.commit_sha=? AND s.env=?", (commit, env_digest)).fetchone()
+        if row is None:
+            return None
+        sid, env_json, tree_data, import_time, session_files, created_at, source = row
+        tests = {}
+        query = ("SELECT t.test_id, t.outcome, t.duration, e.data, t.markers, t.dimension, "
+                 "t.peak_memory, t.cuda, t.carried_from, t.lines FROM tests t "
+                 "JOIN evidence e ON e.digest = t.evidence WHERE t.snapshot=?")
+        line_digests = {}
+        for (test_id, outcome, duration, data, markers, dimension, peak, cuda, carried,
+             lines) in self._db.execute(query, (sid,)):
+            record = TestRecord(test_id=test_id, outcome=outcome, duration=duration,
+                                markers=tuple(json.loads(markers)), dimension=dimension,
+                                peak_memory=peak, cuda=bool(cuda), carried_from=carried)
+            tests[test_id] = record.with_payload(data)
+            if lines:
+                line_digests[test_id] = lines
+        if with_lines and line_digests:
+            blobs = self._blobs("lines", set(line_digests.values()))
+            tests = {tid: replace(t, lines=unpack_lines(blobs[line_digests[tid]])
+                                  if tid in line_digests else None)
+                     for tid, t in tests.items()}
+        return Snapshot(commit=commit, environment=Environment.from_json(env_json),
+                        tree=unpack(tree_data), tests=tests,
+                        import_time=json.loads(import_time),
+                        session_files=json.loads(session_files),
+                        created_at=created_at, source=source)
+
+    def _blobs(self, table: str, digests: set[str]) -> dict[str, bytes]:
+        out = {}
+        for chunk in _chunks(sorted(digests), 500):
+            marks = ",".join("?" * len(chunk))
+            out.update(self._db.execute(
+                f"SELECT digest, data FROM {table} WHERE digest IN ({marks})", chunk))
+        return out
+
+    # -- history: outcomes over time, co-failures -------------------------------------------
+    def add_history(self, commit: str, env_digest: str, results: Iterable[TestRecord],
+                    changed_paths: Iterable[str] = (), flaky: Iterable[str] = ()) -> None:
+        now = time.time()
+        results = list(results)
+        flaky = set(flaky)
+        failed = [r.test_id for r in results if r.failed and r.test_id not in flaky]
+        changed = sorted(set(changed_paths))
+        with _transaction(self._db):
+            self._db.executemany(
+                "INSERT INTO history (at, commit_sha, env, test_id, outcome, duration, flaky) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(now, commit, env_digest, r.test_id, r.outcome, r.duration,
+                  int(r.test_id in flaky)) for r in results])
+            self._db.executemany(
+                "INSERT INTO changes VALUES (?, 1) ON CONFLICT(path) DO UPDATE SET runs=runs+1",
+                [(p,) for p in changed])
+            self._db.executemany(
+                "INSERT INTO cofailures VALUES (?, ?, 1) ON CONFLICT(path, test_id) "
+                "DO UPDATE SET failures=failures+1",
+                [(p, t) for p in changed for t in failed])
+
+    def outcomes(self, limit_per_test: int = 50) -> dict[str, list[str]]:
+        """Recent outcomes per test, newest first, flaky results left out."""
+        out: dict[str, list[str]] = {}
+        for test_id, outcome in self._db.execute(
+                "SELECT test_id, outcome FROM history WHERE flaky=0 ORDER BY id DESC"):
+            seen = out.setdefault(test_id, [])
+            if len(seen) < limit_per_test:
+                seen.append(outcome)
+        return out
+
+    def durations(self) -> dict[str, float]:
+        """The latest duration of each test from history."""
+        return dict(self._db.execute(
+            "SELECT test_id, duration FROM history WHERE id IN "
+            "(SELECT max(id) FROM history GROUP BY test_id)"))
+
+    def cofailure_rates(self, paths: Iterable[str]) -> dict[str, dict[str, float]]:
+        """test -> {changed path: failures with that path changed / runs that changed it}."""
+        paths = list(set(paths))
+        rates: dict[str, dict[str, float]] = {}
+        for chunk in _chunks(paths, 500):
+            marks = ",".join("?" * len(chunk))
+            for path, test_id, failures, runs in self._db.execute(
+                    f"SELECT c.path, c.test_id, c.failures, ch.runs FROM cofailures c "
+                    f"JOIN changes ch ON ch.path = c.path WHERE c.path IN ({marks})", chunk):
+                rates.setdefault(test_id, {})[path] = failures / max(runs, 1)
+        return rates
+
+    def flip_history(self, test_ids: Iterable[str]) -> dict[str, list[tuple[str, str]]]:
+        """(commit, outcome) pairs per test, newest first: flakiness shows as a flip at one
+        commit."""
+        ids = list(set(test_ids))
+        out: dict[str, list[tuple[str, str]]] = {}
+        for chunk in _chunks(ids, 500):
+            marks = ",".join("?" * len(chunk))
+            for test_id, commit, outcome in self._db.execute(
+                    f"SELECT test_id, commit_sha, outcome FROM history WHERE test_id IN "
+                    f"({marks}) ORDER BY id DESC", chunk):
+                out.setdefault(test_id, []).append((commit, outcome))
+        return out
+
+
+@contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    try:
+        db.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        raise StoreError(f"evidence store is busy or read-only: {exc}") from None
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    else:
+        db.execute("COMMIT")
+
+
+def _chunks(items: list, size: int) -> Iterator[list]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def _inventory_to_json(fb: FileBlocks) -> dict:
+    return {
+        "error": fb.error, "imports": list(fb.imports),
+        "blocks": [[b.qualname, b.kind, b.start, b.body_start, b.end, b.fingerprint,
+                    list(b.reads),
+                    [[s.digest, list(s.defines), list(s.reads), s.kind]
+                     for s in b.statements], b.is_jit, list(b.calls)] for b in fb.blocks],
+    }
+
+
+def _inventory_from_json(data: dict) -> FileBlocks:
+    blocks = tuple(
+        Block(qualname=q, kind=k, start=s, body_start=bs, end=e, fingerprint=f,
+              reads=tuple(r),
+              statements=tuple(Statement(d, tuple(df), tuple(rd), kind)
+                               for d, df, rd, kind in st), is_jit=bool(j), calls=tuple(c))
+        for q, k, s, bs, e, f, r, st, j, c in data["blocks"])
+    owner: dict[int, str] = {}
+    for block in blocks:  # parents come before children: the innermost block wins
+        if block.kind != "module":
+            for line in range(block.body_start, block.end + 1):
+                owner[line] = block.qualname
+    return FileBlocks(blocks=blocks, error=data["error"], imports=tuple(data["imports"]),
+                      line_owner=owner)
