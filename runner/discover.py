@@ -20,8 +20,9 @@ def test_functions(inventories: Mapping[str, FileBlocks],
                    patterns: tuple[str, ...] = DEFAULT_FILES) -> list[str]:
     """Node-id prefixes (`path::Class::test_x`) of the test functions in test files."""
     found = []
-    for path, fb in sorted(inventories.items()):
-        if fb.error or not is_test_file(path, patterns):
+    for path in sorted(p for p in inventories if is_test_file(p, patterns)):
+        fb = inventories[path]
+        if fb.error:
             continue
         for block in fb.blocks:
             if block.kind != "function" or "<locals>" in block.qualname:

@@ -88,8 +88,8 @@ class Engine:
                 if commit in ours:
                     return store.load_snapshot(commit, env_digest, with_lines=False), None
                 if commit in anywhere:
-                    other = store.snapshot_envs(commit)[0]
-                    return store.load_snapshot(commit, other.digest), None
+                    key, _ = store.snapshot_envs(commit)[0]
+                    return store.load_snapshot(commit, key), None
         where = base if base is not None else "the head"
         return None, (f"no evidence for {where} or any ancestor: every test runs "
                       "(record with `fastci record` on a base commit to select)")
@@ -106,30 +106,32 @@ class Engine:
             manifests = {p: self.repo.read(head, p) for p in head_tree if is_manifest(p)}
             env = current(lock_hash(manifests))
             snapshot, why = self.find_evidence(store, base, head, env.digest)
-            self.progress("reading the head's Python files")
-            head_inv = inventory.load(self.repo, head, head_tree, store)
+            head_inv = inventory.Inventories(self.repo, head, head_tree, store)
             renames: dict[str, str] = {}
             if snapshot is not None:
                 renames = self._renames(snapshot, head)
                 files = diff_trees(snapshot.tree, head_tree, renames)
                 changed = {c.path for c in files} | {c.old_path for c in files if c.old_path}
                 old_inv = self._old_inventories(store, snapshot, changed)
-                new_inv = {p: fb for p, fb in head_inv.items() if p in changed}
+                new_inv = head_inv.load(sorted(changed))
                 changes = analyse(files, old_inv, new_inv, head_inv)
-                graph_inv = {**head_inv, **{p: fb for p, fb in old_inv.items()
-                                            if p not in head_tree}}
+                removed = {p: fb for p, fb in old_inv.items() if p not in head_tree}
+                graph = _LazyGraph(head_inv, removed)
                 kernels = {k for t in snapshot.tests.values() for k in t.kernels}
-                head_kernels = inventory.kernel_hashes(head_inv, kernels)
+                python_changed = any(p.endswith(".py") for p in changed)
+                head_kernels = (inventory.kernel_hashes(head_inv, kernels)
+                                if kernels and python_changed else
+                                {k: h for t in snapshot.tests.values() for k, h in t.kernels.items()})
                 untracked = self._untracked(snapshot, head, head_tree)
             else:
                 changes = analyse((), {}, {}, {})
-                graph_inv, head_kernels, untracked = head_inv, {}, {}
+                graph, head_kernels, untracked = _LazyGraph(head_inv, {}), {}, {}
             history = History(outcomes=store.outcomes(), durations=store.durations(),
                               cofailure=store.cofailure_rates(changes.paths))
             inputs = SelectionInput(
                 head=head, head_tree=head_tree, environment=env, snapshot=snapshot,
                 changes=changes, head_inventories=head_inv,
-                import_graph=inventory.ImportGraph(graph_inv),
+                import_graph=graph,
                 static_tests=discover.test_functions(head_inv), head_kernels=head_kernels,
                 untracked_shas=untracked, settings=self.settings, history=history,
                 no_evidence_reason=why)
@@ -202,7 +204,7 @@ class Engine:
             recording, failures = recording_from_json(data)
             collected = data.get("collected", list(recording.tests))
             if snapshot is not None:
-                snapshot = store.load_snapshot(snapshot.commit, snapshot.environment.digest,
+                snapshot = store.load_snapshot(snapshot.commit, snapshot.env_key,
                                                with_lines=True)
                 store_run(store, self.repo, snapshot, recording, collected, planned.renames,
                           planned.inputs.changes.paths)
@@ -231,6 +233,18 @@ class Engine:
         """A full run that records evidence for HEAD; returns pytest's exit code."""
         return self._pytest(["--fastci-record", f"--fastci-store={self.store_path}",
                              *pytest_args], None)
+
+
+class _LazyGraph:
+    """The import graph, built only if a rule asks who imports a file."""
+
+    def __init__(self, head_inv, removed) -> None:
+        self._head_inv, self._removed, self._graph = head_inv, removed, None
+
+    def reached_from(self, path: str) -> set[str]:
+        if self._graph is None:
+            self._graph = inventory.ImportGraph({**dict(self._head_inv.items()), **self._removed})
+        return self._graph.reached_from(path)
 
 
 class RunError(Exception):

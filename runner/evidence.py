@@ -21,6 +21,8 @@ SESSION = "*"  # import-time work done before any test file was collected
 class TestRecord:
     """One test's evidence from its last run."""
 
+    __test__ = False  # not a pytest test class
+
     test_id: str
     outcome: str  # passed | failed | skipped | error
     duration: float
@@ -47,10 +49,11 @@ class TestRecord:
         return _pack({"b": self.blocks, "f": self.files, "d": list(self.dirs),
                       "k": self.kernels})
 
-    def with_payload(self, data: bytes) -> "TestRecord":
+    @classmethod
+    def from_payload(cls, data: bytes, **fields) -> "TestRecord":
         body = _unpack(data)
-        return replace(self, blocks={p: tuple(q) for p, q in body["b"].items()},
-                       files=body["f"], dirs=tuple(body["d"]), kernels=body["k"])
+        return cls(blocks={p: tuple(q) for p, q in body["b"].items()}, files=body["f"],
+                   dirs=tuple(body["d"]), kernels=body["k"], **fields)
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class Snapshot:
     """Non-Python files read at import or collection time, outside every test."""
     created_at: float = 0.0
     source: str = "record"  # record | run
+    env_key: str = ""  # the store's key for the environment (its digest when written)
 
 
 def pack_lines(lines: Mapping[str, tuple[int, ...]]) -> bytes:

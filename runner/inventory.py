@@ -36,6 +36,54 @@ def load(repo: Repo, rev: str, tree: Mapping[str, str], store, paths=None
     return {p: cached[tree[p]] for p in wanted}
 
 
+class Inventories(Mapping[str, FileBlocks]):
+    """The Python files of a tree, parsed (or read from the cache) only when asked for.
+
+    Most changes need a handful of files; a changed module constant needs all of them. A
+    mapping that loads lazily keeps the first case fast without a second code path.
+    """
+
+    def __init__(self, repo: Repo, rev: str, tree: Mapping[str, str], store) -> None:
+        self._repo, self._rev, self._tree, self._store = repo, rev, tree, store
+        self._paths = [p for p in tree if is_python(p)]
+        self._loaded: dict[str, FileBlocks] = {}
+        self._complete = False
+
+    def load(self, paths) -> dict[str, FileBlocks]:
+        missing = [p for p in paths if p not in self._loaded and p in self._tree]
+        if missing:
+            self._loaded.update(load(self._repo, self._rev, self._tree, self._store, missing))
+        return {p: self._loaded[p] for p in paths if p in self._loaded}
+
+    def _all(self) -> dict[str, FileBlocks]:
+        if not self._complete:
+            self.load(self._paths)
+            self._complete = True
+        return self._loaded
+
+    def __getitem__(self, path: str) -> FileBlocks:
+        if path not in self._loaded:
+            if not is_python(path) or path not in self._tree:
+                raise KeyError(path)
+            self.load([path])
+        return self._loaded[path]
+
+    def __contains__(self, path: object) -> bool:
+        return path in self._tree and is_python(path)  # type: ignore[operator]
+
+    def __iter__(self):
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+    def items(self):
+        return self._all().items()
+
+    def values(self):
+        return self._all().values()
+
+
 def _module_index(paths: list[str]) -> dict[str, set[str]]:
     """Dotted names -> paths, under every suffix of the path (so `src/pkg/mod.py` answers
     to `pkg.mod` whatever the source root is)."""

@@ -83,6 +83,7 @@ class _Session:
         # Test ids are relative to the repository root, whatever rootdir pytest chose.
         rel = os.path.relpath(config.rootpath, root)
         self._prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+        self._root = Path(root)
         try:
             self.settings = load(root)
         except ConfigError as exc:
@@ -155,7 +156,7 @@ class _Session:
             outcome = "failed" if report.when == "call" else "error"
             if current not in ("failed", "error"):
                 self._outcome[nodeid] = outcome
-                self.failures[self.test_id(nodeid)] = _failure(report)
+                self.failures[self.test_id(nodeid)] = _failure(report, self._root)
         elif report.skipped and report.when in ("setup", "call") and current == "passed":
             self._outcome[nodeid] = "passed" if hasattr(report, "wasxfail") else "skipped"
 
@@ -204,11 +205,16 @@ def _shared_contexts(item) -> list[str]:
     return contexts
 
 
-def _failure(report) -> dict:
-    """Where and why a test failed, for annotations: the innermost frame in the repo."""
+def _failure(report, root: Path) -> dict:
+    """Where and why a test failed, for annotations: the crash point, repo-relative."""
     crash = getattr(report.longrepr, "reprcrash", None)
     where = {"path": None, "line": None, "message": str(report.longrepr)[-2000:],
              "when": report.when, "at": time.time()}
     if crash is not None:
-        where.update(path=crash.path, line=crash.lineno, message=crash.message[:2000])
+        path = crash.path
+        try:
+            path = Path(crash.path).resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            pass  # outside the repository (a library frame): keep it as pytest said
+        where.update(path=path, line=crash.lineno, message=crash.message[:2000])
     return where

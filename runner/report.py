@@ -91,6 +91,8 @@ class Selection:
 
 @dataclass(frozen=True)
 class TestResult:
+
+    __test__ = False  # not a pytest test class
     test_id: str
     outcome: str
     duration: float

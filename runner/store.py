@@ -230,11 +230,12 @@ class EvidenceStore:
                 "INSERT INTO tests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(sid, *row) for row in test_rows])
 
-    def snapshot_envs(self, commit: str) -> list[Environment]:
+    def snapshot_envs(self, commit: str) -> list[tuple[str, Environment]]:
+        """(environment key, environment) of each snapshot of a commit, newest first."""
         rows = self._db.execute(
-            "SELECT env_json FROM snapshots WHERE commit_sha=? ORDER BY created_at DESC",
+            "SELECT env, env_json FROM snapshots WHERE commit_sha=? ORDER BY created_at DESC",
             (commit,))
-        return [Environment.from_json(r[0]) for r in rows]
+        return [(key, Environment.from_json(text)) for key, text in rows]
 
     def commits_with_evidence(self, env_digest: str | None = None) -> set[str]:
         if env_digest is None:
@@ -259,10 +260,10 @@ class EvidenceStore:
         line_digests = {}
         for (test_id, outcome, duration, data, markers, dimension, peak, cuda, carried,
              lines) in self._db.execute(query, (sid,)):
-            record = TestRecord(test_id=test_id, outcome=outcome, duration=duration,
-                                markers=tuple(json.loads(markers)), dimension=dimension,
-                                peak_memory=peak, cuda=bool(cuda), carried_from=carried)
-            tests[test_id] = record.with_payload(data)
+            tests[test_id] = TestRecord.from_payload(
+                data, test_id=test_id, outcome=outcome, duration=duration,
+                markers=tuple(json.loads(markers)), dimension=dimension, peak_memory=peak,
+                cuda=bool(cuda), carried_from=carried)
             if lines:
                 line_digests[test_id] = lines
         if with_lines and line_digests:
@@ -274,7 +275,7 @@ class EvidenceStore:
                         tree=unpack(tree_data), tests=tests,
                         import_time=json.loads(import_time),
                         session_files=json.loads(session_files),
-                        created_at=created_at, source=source)
+                        created_at=created_at, source=source, env_key=env_digest)
 
     def _blobs(self, table: str, digests: set[str]) -> dict[str, bytes]:
         out = {}

@@ -82,7 +82,7 @@ class KernelHook:
         except Exception:
             pass
         for cls in filter(None, targets):
-            for name in ("run", "__call__"):
+            for name in ("run",):  # a grid launch; a jit call inside a kernel is not
                 original = cls.__dict__.get(name)
                 if original is None:
                     continue

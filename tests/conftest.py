@@ -1,0 +1,220 @@
+"""Shared fixtures: real git repositories in temporary folders, driven through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+class Project:
+    """A throwaway git repository with a Python package and its tests."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.git("init", "-q", "-b", "main")
+        self.git("config", "user.email", "test@fastci.invalid")
+        self.git("config", "user.name", "FastCI tests")
+        self.git("config", "commit.gpgsign", "false")
+
+    def git(self, *args: str) -> str:
+        return subprocess.run(["git", *args], cwd=self.root, check=True, text=True,
+                              capture_output=True).stdout.strip()
+
+    def write(self, files: dict[str, str]) -> None:
+        for path, text in files.items():
+            target = self.root / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(textwrap.dedent(text).lstrip("\n"))
+
+    def edit(self, path: str, old: str, new: str) -> None:
+        target = self.root / path
+        text = target.read_text()
+        assert old in text, f"{old!r} not in {path}"
+        target.write_text(text.replace(old, new, 1))
+
+    def commit(self, message: str = "change") -> str:
+        self.git("add", "-A")
+        self.git("commit", "-q", "-m", message)
+        return self.git("rev-parse", "HEAD")
+
+    def fastci(self, *args: str, check: bool = True, env: dict | None = None
+               ) -> subprocess.CompletedProcess:
+        full_env = {**os.environ, **(env or {})}
+        full_env.pop("FASTCI_STORE", None)
+        proc = subprocess.run([sys.executable, "-m", "fastci", *args], cwd=self.root,
+                              text=True, capture_output=True, env=full_env)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"fastci {' '.join(args)} exited {proc.returncode}\n"
+                                 f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+        return proc
+
+    def record(self, *pytest_args: str) -> subprocess.CompletedProcess:
+        return self.fastci("record", "-q", "--", "-q", "-p", "no:cacheprovider", *pytest_args)
+
+    def select(self, *args: str) -> dict:
+        out = self.fastci("select", "-q", "--format", "json", *args).stdout
+        return json.loads(out)
+
+    def selected(self, *args: str) -> set[str]:
+        return {t["id"] for t in self.select(*args)["tests"] if t["decision"] == "selected"}
+
+
+@pytest.fixture
+def project(tmp_path) -> Project:
+    return Project(tmp_path / "repo")
+
+
+# A small numeric package with the shapes that trip selectors: a constant imported by name,
+# a class attribute, a dataclass default, a config file read at test time, a session
+# fixture, an import-time computation and a helper only some tests call.
+LIBRARY = {
+    "pyproject.toml": """
+        [project]
+        name = "calc"
+        version = "0"
+        dependencies = []
+
+        [tool.pytest.ini_options]
+        markers = ["convergence: slow", "perf: perf"]
+    """,
+    "calc/__init__.py": '''
+        """calc: a tiny numeric library."""
+    ''',
+    "calc/norms.py": '''
+        """Norms."""
+        EPS = 1e-6
+
+
+        def rms(xs, eps=None):
+            """Root mean square."""
+            eps = EPS if eps is None else eps
+            return (sum(x * x for x in xs) / len(xs) + eps) ** 0.5
+
+
+        def l1(xs):
+            return sum(abs(x) for x in xs)
+    ''',
+    "calc/config.py": '''
+        from dataclasses import dataclass
+
+
+        @dataclass
+        class Config:
+            width: int = 4
+            scale: float = 2.0
+
+
+        def load(path):
+            with open(path) as fh:
+                key, value = fh.read().split("=")
+            return Config(**{key.strip(): int(value)})
+    ''',
+    "calc/model.py": '''
+        from calc.norms import EPS, rms
+
+        TABLE = [i * 2 for i in range(4)]
+
+
+        def _build_offsets():
+            return [1, 2, 3]
+
+
+        OFFSETS = _build_offsets()
+
+
+        class Model:
+            bias = 0.5
+
+            def __init__(self, cfg):
+                self.cfg = cfg
+
+            def forward(self, xs):
+                n = rms(xs)
+                return [x / n * self.cfg.scale + self.bias for x in xs]
+
+            def width(self):
+                return self.cfg.width
+
+            def offsets(self):
+                return OFFSETS
+    ''',
+    "configs/small.cfg": "width = 8\n",
+    "tests/conftest.py": '''
+        import pytest
+
+        from calc.config import Config
+
+
+        def make_config():
+            return Config()
+
+
+        @pytest.fixture(scope="session")
+        def cfg():
+            return make_config()
+    ''',
+    "tests/test_norms.py": '''
+        from calc.norms import l1, rms
+
+
+        def test_rms():
+            assert abs(rms([3.0, 4.0]) - 12.5 ** 0.5) < 1e-3
+
+
+        def test_l1():
+            assert l1([-1, 2]) == 3
+    ''',
+    "tests/test_model.py": '''
+        import pytest
+
+        from calc.config import load
+        from calc.model import Model
+
+
+        def test_forward(cfg):
+            assert len(Model(cfg).forward([1.0, 2.0])) == 2
+
+
+        def test_width(cfg):
+            assert Model(cfg).width() == 4
+
+
+        def test_offsets(cfg):
+            assert Model(cfg).offsets() == [1, 2, 3]
+
+
+        def test_config_file():
+            assert load("configs/small.cfg").width == 8
+
+
+        @pytest.mark.convergence
+        @pytest.mark.parametrize("n", [1, 2])
+        def test_bias(cfg, n):
+            assert Model(cfg).bias == 0.5
+    ''',
+}
+
+
+@pytest.fixture
+def library(project) -> Project:
+    """The library committed, with evidence recorded for its first commit."""
+    project.write(LIBRARY)
+    project.commit("library")
+    project.record()
+    return project
+
+
+def shared_dir(name: str) -> Path:
+    path = SHARED / name
+    if not path.is_dir():
+        pytest.skip(f"../shared/{name} is not beside the project (contract data lives there)")
+    return path
