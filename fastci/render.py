@@ -52,6 +52,15 @@ def selection_table(sel: Selection, *, show_skipped: bool = False, limit: int = 
     return "\n".join(lines)
 
 
+def verdict(report: RunReport) -> str:
+    """The blocking verdict, printed before background dimensions start."""
+    blocking = [r for r in report.results if r.blocking]
+    failed = report.blocking_failures
+    word = "FAILED" if failed else "passed"
+    return (f"\nFastCI verdict: {word} ({len(blocking)} blocking tests, {len(failed)} failed)"
+            + "".join(f"\n  FAILED {r.test_id}" for r in failed[:20]))
+
+
 def run_summary(report: RunReport) -> str:
     s = report.summary()
     lines = [
@@ -63,14 +72,16 @@ def run_summary(report: RunReport) -> str:
         f"  test time saved    expected {_seconds(s['expected_seconds_saved'])}, "
         f"actual {_seconds(s['actual_seconds_saved'])} "
         f"(full suite ~{_seconds(s['expected_seconds_total'])})",
-        f"  failures           {s['failed']}",
+        f"  verdict            {s['verdict']} ({s['blocking_failed']} blocking failures; "
+        f"{s['failed'] - s['blocking_failed']} background failures)",
         f"  first failure at   {_seconds(s['time_to_first_failure'])}",
     ]
     for r in report.failures[:20]:
         where = ""
         if r.failure and r.failure.get("path"):
             where = f"  ({r.failure['path']}:{r.failure['line']})"
-        lines.append(f"  FAILED {r.test_id}{where}")
+        kind = "" if r.blocking else " [background]"
+        lines.append(f"  FAILED {r.test_id}{where}{kind}")
     return "\n".join(lines)
 
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import config, discover, inventory
@@ -23,7 +23,7 @@ from .environment import current, is_manifest, lock_hash
 from .evidence import Snapshot
 from .gitrepo import WORKTREE, GitError, Repo
 from .plan import make_plan
-from .recorder import blob_sha, recording_from_json
+from .recorder import Recording, blob_sha, recording_from_json
 from .report import RunReport, Selection, TestResult
 from .select import History, SelectionInput, select
 from .store import EvidenceStore, default_path
@@ -180,8 +180,12 @@ class Engine:
 
     # -- running -------------------------------------------------------------------------------
     def run(self, base: str | None, pytest_args: list[str], *, run_all: bool = False,
-            stream=None) -> RunReport:
-        """Select against the working tree, run the selection in risk order, store evidence."""
+            stream=None, on_verdict=None, background: bool = True) -> RunReport:
+        """Select against the working tree, run the selection in risk order, store evidence.
+
+        Blocking dimensions run first and their verdict is handed to `on_verdict` before any
+        background dimension (convergence, perf) starts: they never delay it.
+        """
         started = time.time()
         with self.open_store() as store:
             planned = self.plan(base, WORKTREE, store=store)
@@ -189,20 +193,18 @@ class Engine:
             snapshot = planned.snapshot
             order = [d.test_id for d in (selection.decisions if run_all else selection.selected)]
             known = list(snapshot.tests) if snapshot else []
-            with tempfile.TemporaryDirectory(prefix="fastci-run-") as tmp:
-                plan_file = Path(tmp) / "plan.json"
-                out_file = Path(tmp) / "recording.json"
-                plan_file.write_text(json.dumps(make_plan(order, known)))
-                code = self._pytest(["--fastci-record", f"--fastci-plan={plan_file}",
-                                     f"--fastci-out={out_file}",
-                                     f"--fastci-store={self.store_path}", *pytest_args],
-                                    stream)
-                if not out_file.exists():
-                    raise RunError(f"pytest exited with code {code} before FastCI could "
-                                   "record anything; see its output above")
-                data = json.loads(out_file.read_text())
-            recording, failures = recording_from_json(data)
-            collected = data.get("collected", list(recording.tests))
+            blocking = list(self.settings.blocking)
+            self.progress(f"running {len(order)} of {len(selection.decisions)} tests, "
+                          f"blocking dimensions ({', '.join(blocking)}) first")
+            phases = [_Phase("blocking", blocking, exclude=False)]
+            if background:
+                phases.append(_Phase("background", blocking, exclude=True))
+            for phase in phases:
+                self._run_phase(phase, order, known, pytest_args, stream)
+                if phase.name == "blocking" and on_verdict is not None:
+                    on_verdict(_report(selection, [phase], started))
+            recording = _merge([p.recording for p in phases])
+            collected = list(dict.fromkeys(c for p in phases for c in p.collected))
             if snapshot is not None:
                 snapshot = store.load_snapshot(snapshot.commit, snapshot.env_key,
                                                with_lines=True)
@@ -211,15 +213,26 @@ class Engine:
             else:
                 from .carry import store_recording  # noqa: PLC0415
                 store_recording(store, self.repo, recording)
-        results = tuple(
-            TestResult(test_id=t.test_id, outcome=t.outcome, duration=t.duration,
-                       dimension=t.dimension, failure=failures.get(t.test_id))
-            for t in (recording.tests[i] for i in recording.order))
-        first = (recording.first_failure_at - recording.started_at
-                 if recording.first_failure_at else None)
-        return RunReport(selection=selection, results=results,
-                         wall_seconds=time.time() - started, time_to_first_failure=first,
-                         extra={"pytest_exit_code": code})
+        return _report(selection, phases, started)
+
+    def _run_phase(self, phase: "_Phase", order: list[str], known: list[str],
+                   pytest_args: list[str], stream) -> None:
+        with tempfile.TemporaryDirectory(prefix="fastci-run-") as tmp:
+            plan_file = Path(tmp) / "plan.json"
+            out_file = Path(tmp) / "recording.json"
+            plan = make_plan(order, known)
+            plan["dimensions"] = {"names": phase.dimensions, "exclude": phase.exclude}
+            plan_file.write_text(json.dumps(plan))
+            phase.code = self._pytest(["--fastci-record", f"--fastci-plan={plan_file}",
+                                       f"--fastci-out={out_file}",
+                                       f"--fastci-store={self.store_path}", *pytest_args],
+                                      stream)
+            if not out_file.exists():
+                raise RunError(f"pytest exited with code {phase.code} before FastCI could "
+                               f"record anything ({phase.name} tests); see its output")
+            data = json.loads(out_file.read_text())
+        phase.recording, phase.failures = recording_from_json(data)
+        phase.collected = data.get("collected", list(phase.recording.tests))
 
     def _pytest(self, args: list[str], stream) -> int:
         rootdir = [] if any(a.startswith("--rootdir") for a in args) else \
@@ -233,6 +246,50 @@ class Engine:
         """A full run that records evidence for HEAD; returns pytest's exit code."""
         return self._pytest(["--fastci-record", f"--fastci-store={self.store_path}",
                              *pytest_args], None)
+
+
+@dataclass
+class _Phase:
+    """One pytest session of a run: the blocking dimensions, or everything else."""
+
+    name: str
+    dimensions: list[str]
+    exclude: bool
+    code: int = 0
+    recording: object = None
+    failures: dict = field(default_factory=dict)
+    collected: list = field(default_factory=list)
+
+
+def _merge(recordings: list) -> "Recording":
+    """One recording from the sessions of a run (same tree, same environment)."""
+    first = recordings[0]
+    tests, order = {}, []
+    for rec in recordings:
+        tests.update(rec.tests)
+        order += [t for t in rec.order if t not in order]
+    failures_at = [r.first_failure_at for r in recordings if r.first_failure_at]
+    return replace(first, tests=tests, order=order,
+                   first_failure_at=min(failures_at) if failures_at else None,
+                   finished_at=recordings[-1].finished_at)
+
+
+def _report(selection: Selection, phases: list[_Phase], started: float) -> RunReport:
+    results, first = [], None
+    for phase in phases:
+        rec = phase.recording
+        if rec is None:
+            continue
+        results += [TestResult(test_id=t.test_id, outcome=t.outcome, duration=t.duration,
+                               dimension=t.dimension, failure=phase.failures.get(t.test_id),
+                               blocking=phase.name == "blocking")
+                    for t in (rec.tests[i] for i in rec.order)]
+        if rec.first_failure_at is not None and first is None:
+            first = rec.first_failure_at - phases[0].recording.started_at
+    codes = {p.name: p.code for p in phases if p.recording is not None}
+    return RunReport(selection=selection, results=tuple(results),
+                     wall_seconds=time.time() - started, time_to_first_failure=first,
+                     extra={"pytest_exit_codes": codes})
 
 
 class _LazyGraph:

@@ -118,6 +118,16 @@ class _Session:
 
         keep, drop = apply_plan(self.plan, self.collected)
         by_id = {self.test_id(item.nodeid): item for item in items}
+        phase = self.plan.get("dimensions")
+        if phase:  # one phase of a run: the blocking dimensions, or all the others
+            names = set(phase["names"])
+
+            def wanted(test_id: str) -> bool:
+                markers = [m.name for m in by_id[test_id].iter_markers()]
+                return (self.settings.dimension_of(markers) in names) != phase["exclude"]
+
+            drop += [t for t in keep if not wanted(t)]
+            keep = [t for t in keep if wanted(t)]
         if drop:
             config.hook.pytest_deselected(items=[by_id[i] for i in drop])
         items[:] = [by_id[i] for i in keep]

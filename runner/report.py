@@ -99,6 +99,7 @@ class TestResult:
     dimension: str = "correctness"
     failure: dict | None = None  # path, line, message of the failing assertion
     flaky: bool = False
+    blocking: bool = True  # its dimension decides the verdict (else it ran in the background)
 
 
 @dataclass(frozen=True)
@@ -115,10 +116,20 @@ class RunReport:
     def failures(self) -> list[TestResult]:
         return [r for r in self.results if r.outcome in ("failed", "error") and not r.flaky]
 
+    @property
+    def blocking_failures(self) -> list[TestResult]:
+        return [r for r in self.failures if r.blocking]
+
+    @property
+    def verdict(self) -> str:
+        """passed | failed, decided by the blocking dimensions alone."""
+        return "failed" if self.blocking_failures else "passed"
+
     def summary(self) -> dict:
         s = self.selection.summary()
         ran = sum(r.duration for r in self.results)
         return {**s, "ran": len(self.results), "failed": len(self.failures),
+                "blocking_failed": len(self.blocking_failures), "verdict": self.verdict,
                 "test_seconds_run": round(ran, 3),
                 "actual_seconds_saved": round(max(s["expected_seconds_total"] - ran, 0.0), 3),
                 "wall_seconds": round(self.wall_seconds, 3),

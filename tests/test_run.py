@@ -93,3 +93,26 @@ def test_run_all_runs_everything(library):
 def test_remap_lines_moves_and_drops():
     hunks = [(3, 0, 4, 2), (10, 2, 12, 1)]  # 2 lines inserted after 3; 10-11 -> one line
     assert remap_lines((1, 3, 4, 9, 10, 11, 12), hunks) == (1, 3, 6, 11, 13)
+
+
+def test_background_dimensions_run_after_the_blocking_verdict_and_do_not_block(library):
+    library.edit("calc/model.py", "bias = 0.5", "bias = 0.75")  # breaks the convergence test
+    proc, report = run(library)
+    assert proc.returncode == 0, proc.stdout  # convergence failures do not block
+    assert report["summary"]["verdict"] == "passed"
+    assert report["summary"]["blocking_failed"] == 0 and report["summary"]["failed"] == 2
+    by_id = {r["test_id"]: r for r in report["results"]}
+    assert not by_id["tests/test_model.py::test_bias[1]"]["blocking"]
+    assert by_id["tests/test_model.py::test_forward"]["blocking"]
+    # The verdict is printed before the background session starts.
+    verdict_at = proc.stdout.index("FastCI verdict: passed")
+    assert proc.stdout.index("2 failed", verdict_at) > verdict_at
+    assert "[background]" in proc.stdout
+
+
+def test_blocking_failure_fails_the_run_even_with_background_passing(library):
+    library.edit("calc/model.py", "return self.cfg.width", "return self.cfg.width + 1")
+    proc, report = run(library, "--no-background")
+    assert proc.returncode == 1
+    assert report["summary"]["verdict"] == "failed"
+    assert all(r["blocking"] for r in report["results"])

@@ -1,0 +1,162 @@
+"""Reproducible source mutants of a Python package: the bugs training code really gets.
+
+Each operator finds candidate nodes in a file's AST; a mutant replaces one node's source
+segment with the mutated node's `ast.unparse`, leaving every other byte as it was. Benign
+edits (comments, docstrings, an equivalent rewrite) are generated too: a selector must not
+select the world for them, and no test may fail.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import hashlib
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Mutant:
+    id: str
+    path: str  # relative to the subject root
+    line: int
+    operator: str
+    benign: bool
+    before: str
+    after: str  # the whole file after the mutation
+
+    def apply(self, root: Path) -> None:
+        (root / self.path).write_text(self.after)
+
+
+def _segment_replace(source: str, node: ast.AST, text: str) -> str:
+    lines = source.splitlines(keepends=True)
+    start = sum(len(l) for l in lines[: node.lineno - 1]) + _col(lines[node.lineno - 1], node.col_offset)
+    end = sum(len(l) for l in lines[: node.end_lineno - 1]) + _col(lines[node.end_lineno - 1], node.end_col_offset)
+    return source[:start] + text + source[end:]
+
+
+def _col(line: str, byte_offset: int) -> int:
+    return len(line.encode()[:byte_offset].decode(errors="ignore"))
+
+
+FLIP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
+        ast.NotEq: ast.Eq}
+DTYPES = {"float32": "float16", "float16": "float32", "bfloat16": "float32", "float64": "float32"}
+
+
+def _candidates(tree: ast.Module):
+    """(operator, node, mutated replacement node or source text)."""
+    parent = {}
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            parent[child] = node
+    docstring_nodes = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+            if node.body and isinstance(node.body[0], ast.Expr) and \
+                    isinstance(node.body[0].value, ast.Constant) and isinstance(node.body[0].value.value, str):
+                docstring_nodes.add(node.body[0].value)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in FLIP:
+            new = copy.deepcopy(node)
+            new.ops = [FLIP[type(node.ops[0])]()]
+            yield "comparison flip", node, new
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+            new = copy.deepcopy(node)
+            new.op = ast.Sub() if isinstance(node.op, ast.Add) else ast.Add()
+            yield "+ for -", node, new
+        elif isinstance(node, ast.Slice) and node.upper is not None and hasattr(node, "lineno"):
+            new = copy.deepcopy(node)
+            new.upper = ast.BinOp(left=new.upper, op=ast.Sub(), right=ast.Constant(1))
+            yield "off-by-one slice", node, new
+        elif isinstance(node, ast.Call) and len(node.args) == 2 and not node.keywords \
+                and not any(isinstance(a, ast.Starred) for a in node.args):
+            new = copy.deepcopy(node)
+            new.args = [new.args[1], new.args[0]]
+            if ast.dump(new.args[0]) != ast.dump(new.args[1]):
+                yield "swapped arguments", node, new
+        elif isinstance(node, ast.Constant) and type(node.value) in (int, float) \
+                and not isinstance(node.value, bool) and node not in docstring_nodes:
+            if isinstance(node.value, float):
+                value = node.value * 10 if node.value != 0 else 1e-3
+            else:
+                value = node.value + 1
+            kind = "changed default" if isinstance(parent.get(node), ast.arguments) else "changed constant"
+            yield kind, node, ast.Constant(value)
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            yield "dropped call", node, ast.Pass()
+        elif isinstance(node, ast.Attribute) and node.attr in DTYPES and \
+                isinstance(node.value, ast.Name) and node.value.id == "torch":
+            new = copy.deepcopy(node)
+            new.attr = DTYPES[node.attr]
+            yield "changed dtype", node, new
+        elif isinstance(node, ast.If):
+            new = ast.UnaryOp(op=ast.Not(), operand=copy.deepcopy(node.test))
+            yield "negated condition", node.test, new
+
+
+def _benign(source: str, tree: ast.Module, rng: random.Random):
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if not functions:
+        return []
+    out = []
+    f = rng.choice(functions)
+    lines = source.splitlines(keepends=True)
+    body_line = f.body[0].lineno - 1
+    indent = lines[body_line][: len(lines[body_line]) - len(lines[body_line].lstrip())]
+    out.append(("benign: comment", f.body[0].lineno,
+                "".join(lines[:body_line] + [f"{indent}# reviewed: keep this behaviour\n"] + lines[body_line:])))
+    g = rng.choice(functions)
+    doc = g.body[0]
+    if isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str):
+        new_doc = repr(doc.value.value + " (Documented.)")
+        out.append(("benign: docstring", doc.lineno, _segment_replace(source, doc.value, new_doc)))
+    return out
+
+
+def generate(root: Path, package: str, count: int, benign: int, seed: int = 0) -> list[Mutant]:
+    rng = random.Random(seed)
+    files = sorted(p for p in (root / package).rglob("*.py") if p.name != "__init__.py")
+    pool = []
+    benign_pool = []
+    for path in files:
+        source = path.read_text()
+        tree = ast.parse(source)
+        rel = path.relative_to(root).as_posix()
+        for operator, node, new in _candidates(tree):
+            if not hasattr(node, "end_lineno"):
+                continue
+            text = ast.unparse(new)
+            after = _segment_replace(source, node, text)
+            if after == source:
+                continue
+            try:
+                ast.parse(after)
+            except SyntaxError:
+                continue
+            pool.append((rel, node.lineno, operator, source, after))
+        for operator, line, after in _benign(source, tree, rng):
+            benign_pool.append((rel, line, operator, source, after))
+    # Spread over operators: round-robin through shuffled per-operator lists.
+    by_operator: dict[str, list] = {}
+    for item in pool:
+        by_operator.setdefault(item[2], []).append(item)
+    for items in by_operator.values():
+        rng.shuffle(items)
+    chosen = []
+    operators = sorted(by_operator)
+    while len(chosen) < count and any(by_operator.values()):
+        for op in operators:
+            if by_operator[op] and len(chosen) < count:
+                chosen.append(by_operator[op].pop())
+    rng.shuffle(benign_pool)
+    chosen += benign_pool[:benign]
+    mutants = []
+    for rel, line, operator, before, after in chosen:
+        digest = hashlib.sha1(f"{rel}:{line}:{operator}:{after}".encode()).hexdigest()[:10]
+        mutants.append(Mutant(id=f"{rel.rsplit('/', 1)[-1][:-3]}-{line}-{digest}", path=rel,
+                              line=line, operator=operator,
+                              benign=operator.startswith("benign"), before=before, after=after))
+    return mutants

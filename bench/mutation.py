@@ -1,0 +1,234 @@
+"""Mutation benchmark: does the selection catch every regression the full suite catches?
+
+For reproducible mutants of examples/tinyllm (see mutants.py) it establishes the ground truth
+by running the full suite on each (cached in --cache, keyed by the mutant's content), records
+evidence once on the pristine subject, then runs the selection on each mutant and reports:
+
+  safety      killed mutants whose selection contains a failing test / killed mutants, and
+              failing tests selected / failing tests
+  reduction   1 - expected test-seconds of the selection / of the full suite
+  APFDc       of FastCI's order, and of file order over the same selected tests
+  latency     of the selection (in-process `Engine.plan`)
+
+    python bench/mutation.py [--mutants 40] [--benign 8] [--seed 0] [--cache bench/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from mutants import Mutant, generate  # noqa: E402
+
+from fastci.runner.engine import Engine  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SUBJECT = ROOT / "examples" / "tinyllm"
+PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE"]
+IGNORE = shutil.ignore_patterns("__pycache__", ".fastci", ".pytest_cache", "changes")
+RESULT = re.compile(r"^(FAILED|ERROR) (\S+)")
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.email=b@b", "-c", "user.name=bench", *args],
+                          cwd=root, check=True, capture_output=True, text=True).stdout
+
+
+def fresh_copy(dest: Path) -> Path:
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(SUBJECT, dest, ignore=IGNORE)
+    git(dest, "init", "-q", "-b", "main")
+    git(dest, "add", "-A")
+    git(dest, "commit", "-q", "-m", "subject")
+    return dest
+
+
+def subject_digest() -> str:
+    """Ground truth depends on every file of the subject, not only the mutated one."""
+    h = hashlib.sha1()
+    for path in sorted(SUBJECT.rglob("*")):
+        rel = path.relative_to(SUBJECT).as_posix()
+        if path.is_file() and not rel.startswith("changes/") and "__pycache__" not in rel:
+            h.update(rel.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def collect_order(root: Path) -> list[str]:
+    out = subprocess.run(PYTEST + ["--collect-only", f"--rootdir={root}"], cwd=root,
+                         capture_output=True, text=True).stdout
+    return [line.strip() for line in out.splitlines() if "::" in line]
+
+
+def failing_tests(root: Path, order: list[str], timeout: float) -> tuple[list[str], str]:
+    """The full suite's failing tests, or ("timeout"/"error") status."""
+    try:
+        proc = subprocess.run(PYTEST + [f"--rootdir={root}"], cwd=root, capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return [], "timeout"
+    failed = set()
+    for line in proc.stdout.splitlines():
+        match = RESULT.match(line)
+        if match:
+            node = match.group(2)
+            if "::" in node:
+                failed.add(node)
+            else:  # a test file that failed to import: all its tests fail
+                failed.update(t for t in order if t.startswith(node + "::"))
+    if proc.returncode not in (0, 1) and not failed:
+        return [], f"pytest exit {proc.returncode}"
+    return sorted(failed), "ok"
+
+
+def apfdc(order: list[str], costs: dict[str, float], failing: set[str]) -> float | None:
+    """Cost-cognizant APFD for one fault revealed by any test in `failing`."""
+    total = sum(costs[t] for t in order)
+    for i, test in enumerate(order):
+        if test in failing:
+            remaining = sum(costs[t] for t in order[i:])
+            return (remaining - costs[test] / 2) / total if total else 1.0
+    return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mutants", type=int, default=40)
+    ap.add_argument("--benign", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cache", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--only-ground-truth", action="store_true")
+    args = ap.parse_args()
+    cache_dir = Path(args.cache)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    work = cache_dir / "mutation-work"
+    work.mkdir(exist_ok=True)
+    truth_file = cache_dir / "mutation-ground-truth.json"
+    truth = json.loads(truth_file.read_text()) if truth_file.exists() else {}
+
+    mutants = generate(SUBJECT, "tinyllm", args.mutants, args.benign, args.seed)
+    print(f"{len(mutants)} mutants ({sum(m.benign for m in mutants)} benign) of "
+          f"{SUBJECT.relative_to(ROOT)}", flush=True)
+
+    gt_repo = fresh_copy(work / "ground-truth")
+    order = collect_order(gt_repo)
+    start = time.perf_counter()
+    base_failing, status = failing_tests(gt_repo, order, timeout=900)
+    suite_seconds = time.perf_counter() - start
+    if base_failing or status != "ok":
+        sys.exit(f"the pristine suite must pass: {status} {base_failing[:5]}")
+    digest = subject_digest()
+
+    def key_of(m: Mutant) -> str:
+        return hashlib.sha1(f"{digest}\0{m.path}\0{m.after}".encode()).hexdigest()
+
+    for i, m in enumerate(mutants, 1):
+        key = key_of(m)
+        if key in truth:
+            continue
+        m.apply(gt_repo)
+        t0 = time.perf_counter()
+        failed, status = failing_tests(gt_repo, order, timeout=max(5 * suite_seconds, 120))
+        git(gt_repo, "checkout", "-q", "--", m.path)
+        truth[key] = {"id": m.id, "failing": failed, "status": status}
+        truth_file.write_text(json.dumps(truth, indent=1, sort_keys=True))
+        print(f"  ground truth {i}/{len(mutants)} {m.id:<40} {len(failed):>3} failing "
+              f"({status}, {time.perf_counter() - t0:.0f}s)", flush=True)
+    if args.only_ground_truth:
+        return
+
+    ev_repo = fresh_copy(work / "evidence")
+    subprocess.run(PYTEST + [f"--rootdir={ev_repo}", "--fastci-record"], cwd=ev_repo,
+                   check=True, capture_output=True)
+    base = git(ev_repo, "rev-parse", "HEAD").strip()
+    engine = Engine(ev_repo)
+    rows = []
+    for m in mutants:
+        gt = truth[key_of(m)]
+        m.apply(ev_repo)
+        t0 = time.perf_counter()
+        planned = engine.plan(base)
+        latency = time.perf_counter() - t0
+        git(ev_repo, "checkout", "-q", "--", m.path)
+        sel = planned.selection
+        costs = {d.test_id: max(d.expected_seconds, 1e-4) for d in sel.decisions}
+        chosen = [d.test_id for d in sel.selected]
+        selected_ids = set(chosen)
+        # A prefix id (a new test) stands for its parametrizations.
+        failing = set(gt["failing"])
+        caught = {f for f in failing if f in selected_ids or f.split("[")[0] in selected_ids}
+        total_cost = sum(costs.values())
+        reduction = 1 - sum(costs[t] for t in chosen) / total_cost if total_cost else 0.0
+        file_order = sorted(chosen, key=lambda t: order.index(t) if t in order else len(order))
+        rows.append({
+            "id": m.id, "operator": m.operator, "benign": m.benign, "status": gt["status"],
+            "path": m.path, "line": m.line,
+            "killed": bool(failing), "failing": sorted(failing), "caught": sorted(caught),
+            "selected": len(chosen), "total": len(sel.decisions), "mode": sel.mode,
+            "reduction": reduction, "latency": latency,
+            "apfdc": apfdc(chosen, costs, failing) if failing else None,
+            "apfdc_file_order": apfdc(file_order, costs, failing) if failing else None,
+            "missed": sorted(failing - caught),
+            "missed_reasons": {t: (sel.decision(t).reasons if sel.decision(t) else ["no decision"])
+                               for t in sorted(failing - caught)},
+        })
+    report(rows, cache_dir / "mutation.json")
+
+
+def report(rows: list[dict], out: Path) -> None:
+    killed = [r for r in rows if r["killed"]]
+    safe = [r for r in killed if r["caught"]]
+    failing = sum(len(r["failing"]) for r in killed)
+    caught = sum(len(r["caught"]) for r in killed)
+    print(f"\n{'mutant':<40} {'operator':<20} {'fail':>4} {'caught':>6} {'sel':>9} "
+          f"{'reduct':>6} {'APFDc':>6} {'file':>6} {'ms':>5}")
+    for r in rows:
+        ap = f"{r['apfdc']:.2f}" if r["apfdc"] is not None else "-"
+        fo = f"{r['apfdc_file_order']:.2f}" if r["apfdc_file_order"] is not None else "-"
+        print(f"{r['id'][:40]:<40} {r['operator'][:20]:<20} {len(r['failing']):>4} "
+              f"{len(r['caught']):>6} {r['selected']:>4}/{r['total']:<4} {r['reduction']:>6.0%} "
+              f"{ap:>6} {fo:>6} {r['latency'] * 1000:>5.0f}")
+    apf = [r["apfdc"] for r in killed if r["apfdc"] is not None]
+    apf_file = [r["apfdc_file_order"] for r in killed if r["apfdc_file_order"] is not None]
+    summary = {
+        "mutants": len(rows), "benign": sum(r["benign"] for r in rows),
+        "killed": len(killed),
+        "safety_mutants": len(safe) / len(killed) if killed else 1.0,
+        "safety_tests": caught / failing if failing else 1.0,
+        "mean_reduction_all": statistics.mean(r["reduction"] for r in rows),
+        "mean_reduction_killed": statistics.mean(r["reduction"] for r in killed) if killed else None,
+        "mean_reduction_survived": statistics.mean(r["reduction"] for r in rows if not r["killed"])
+        if len(killed) < len(rows) else None,
+        "mean_apfdc": statistics.mean(apf) if apf else None,
+        "mean_apfdc_file_order": statistics.mean(apf_file) if apf_file else None,
+        "median_latency_ms": statistics.median(r["latency"] for r in rows) * 1000,
+        "missed": [{"id": r["id"], "tests": r["missed"], "reasons": r["missed_reasons"]}
+                   for r in rows if r["missed"]],
+    }
+    print(f"\nsafety: {len(safe)}/{len(killed)} killed mutants caught by the selection "
+          f"({summary['safety_mutants']:.0%}); {caught}/{failing} failing tests selected "
+          f"({summary['safety_tests']:.0%})")
+    print(f"test-time reduction: mean {summary['mean_reduction_all']:.0%} over all mutants"
+          + (f", {summary['mean_reduction_killed']:.0%} over killed" if killed else ""))
+    if apf:
+        print(f"APFDc: FastCI order {summary['mean_apfdc']:.3f}, file order "
+              f"{summary['mean_apfdc_file_order']:.3f} (mean over killed mutants)")
+    print(f"selection latency: median {summary['median_latency_ms']:.0f} ms")
+    for miss in summary["missed"]:
+        print(f"MISSED {miss['id']}: {miss['tests']}")
+    out.write_text(json.dumps({"summary": summary, "mutants": rows}, indent=1))
+    print(f"\nwritten: {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,221 @@
+"""`fastci demo`: the whole loop on the bundled LLM training framework, nothing else needed.
+
+Copies examples/tinyllm into a temporary git repository, records evidence once, then applies
+each change in examples/tinyllm/changes/ to the recorded base (one at a time, each on its own
+branch) and runs FastCI on it: what it selected and why, the test-seconds saved against the
+full suite, the failures caught (against the known failing tests of each change) and the time
+to the first failure. Writes an HTML report with a chart of the savings.
+"""
+
+from __future__ import annotations
+
+import collections
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from fastci.runner.engine import Engine
+from fastci.runner.report import RunReport
+
+SUBJECT_IGNORE = shutil.ignore_patterns("__pycache__", ".pytest_cache", ".fastci", "changes",
+                                        "*.pyc")
+PYTEST_ARGS = ["-q", "-p", "no:cacheprovider"]
+
+
+class DemoError(Exception):
+    """The demo cannot run; the message says why."""
+
+
+@dataclass(frozen=True)
+class Change:
+    name: str
+    patch: Path
+    description: str
+    kind: str
+    failing_tests: tuple[str, ...] = ()
+
+
+@dataclass
+class Outcome:
+    change: Change
+    report: RunReport
+    full_seconds: float
+    seconds: float
+    why: list[tuple[str, int]] = field(default_factory=list)
+
+    @property
+    def summary(self) -> dict:
+        return self.report.summary()
+
+    @property
+    def failed(self) -> set[str]:
+        return {r.test_id for r in self.report.failures}
+
+    @property
+    def caught(self) -> set[str]:
+        return set(self.change.failing_tests) & self.failed
+
+    @property
+    def missed(self) -> set[str]:
+        return set(self.change.failing_tests) - self.failed
+
+    @property
+    def test_seconds(self) -> float:
+        return self.summary["test_seconds_run"]
+
+
+def example_dir() -> Path:
+    here = Path(__file__).resolve().parents[1] / "examples" / "tinyllm"
+    if not (here / "changes").is_dir():
+        raise DemoError(f"examples/tinyllm not found at {here}: `fastci demo` runs from a "
+                        "source checkout installed with `pip install -e .`")
+    return here
+
+
+def load_changes(example: Path) -> list[Change]:
+    data = yaml.safe_load((example / "changes" / "changes.yaml").read_text())
+    entries = data["changes"] if isinstance(data, dict) else data
+    return [Change(name=e["name"], patch=example / "changes" / e["patch"],
+                   description=e.get("description", ""), kind=e.get("kind", ""),
+                   failing_tests=tuple(e.get("failing_tests") or ()))
+            for e in entries]
+
+
+def _git(root: Path, *args: str) -> str:
+    proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise DemoError(f"git {' '.join(args)} failed: {proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+def _category(reason: str) -> str:
+    for prefix in ("executed changed code", "executed code that reads a changed",
+                   "the test's own code changed", "read a changed file", "new test",
+                   "launched a Triton kernel", "listed", "dependency manifest",
+                   "pytest configuration", "it failed", "it error"):
+        if reason.startswith(prefix):
+            return prefix
+    return reason.split(":")[0][:60]
+
+
+def _why(report: RunReport) -> list[tuple[str, int]]:
+    if report.selection.select_all_reason:
+        return [(report.selection.select_all_reason, len(report.selection.selected))]
+    counts = collections.Counter(_category(d.reasons[0]) for d in report.selection.selected)
+    return counts.most_common(3)
+
+
+def run_demo(workdir: Path | None = None, out: Path | None = None, say=print) -> list[Outcome]:
+    example = example_dir()
+    changes = load_changes(example)
+    started = time.perf_counter()
+    root_parent = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="fastci-demo-"))
+    root = root_parent / "tinyllm"
+    if root.exists():
+        shutil.rmtree(root)
+    shutil.copytree(example, root, ignore=SUBJECT_IGNORE)
+    _git(root, "init", "-q", "-b", "main")
+    _git(root, "config", "user.email", "demo@fastci.invalid")
+    _git(root, "config", "user.name", "FastCI demo")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-q", "-m", "tinyllm: base")
+    base = _git(root, "rev-parse", "HEAD")
+    logs = root_parent / "logs"
+    logs.mkdir(exist_ok=True)
+    say(f"[1/{len(changes) + 2}] recording evidence on the full tinyllm suite "
+        f"(in {root}) …")
+    engine = Engine(root)
+    t0 = time.perf_counter()
+    with open(logs / "record.log", "w") as log:
+        code = subprocess.run([sys.executable, "-m", "pytest", f"--rootdir={root}",
+                               "--fastci-record", *PYTEST_ARGS], cwd=root, stdout=log,
+                              stderr=subprocess.STDOUT).returncode
+    if code != 0:
+        raise DemoError(f"the tinyllm suite failed while recording (pytest exit {code}); "
+                        f"see {logs / 'record.log'}")
+    with engine.open_store() as store:
+        snapshot = store.load_snapshot(base, store.snapshot_envs(base)[0][0])
+    full_seconds = sum(t.duration for t in snapshot.tests.values())
+    say(f"      {len(snapshot.tests)} tests, {full_seconds:.1f} test-seconds, recorded in "
+        f"{time.perf_counter() - t0:.0f}s")
+    outcomes = []
+    for i, change in enumerate(changes, start=2):
+        say(f"[{i}/{len(changes) + 2}] {change.name}: {change.description}")
+        _git(root, "checkout", "-q", "-B", f"change/{change.name}", base)
+        _git(root, "apply", str(change.patch))
+        _git(root, "add", "-A")
+        _git(root, "commit", "-q", "-m", f"change: {change.name}")
+        t0 = time.perf_counter()
+        with open(logs / f"{change.name}.log", "w") as log:
+            report = engine.run(base, PYTEST_ARGS, stream=log)
+        outcome = Outcome(change, report, full_seconds, time.perf_counter() - t0,
+                          _why(report))
+        outcomes.append(outcome)
+        s = outcome.summary
+        ttff = s["time_to_first_failure"]
+        say(f"      selected {s['selected']}/{s['total']}, ran {s['test_seconds_run']:.1f} of "
+            f"{full_seconds:.1f} test-seconds, {len(outcome.failed)} failed"
+            + (f" (first after {ttff:.1f}s)" if ttff is not None else "")
+            + (f"; MISSED {sorted(outcome.missed)}" if outcome.missed else ""))
+        _git(root, "checkout", "-q", "main")
+    say(f"[{len(changes) + 2}/{len(changes) + 2}] report")
+    say(table(outcomes))
+    report_path = Path(out) if out else root_parent / "report.html"
+    report_path.write_text(render_html(outcomes, full_seconds,
+                                       time.perf_counter() - started))
+    say(f"\nHTML report: {report_path}\nwork tree and logs: {root_parent}\n"
+        f"total time {time.perf_counter() - started:.0f}s")
+    return outcomes
+
+
+def table(outcomes: list[Outcome]) -> str:
+    head = (f"{'change':<26} {'selected':>9} {'test-s run':>10} {'saved':>6} {'failed':>6} "
+            f"{'caught':>7} {'1st fail':>8}  why")
+    lines = [head, "-" * len(head)]
+    for o in outcomes:
+        s = o.summary
+        saved = 1 - o.test_seconds / o.full_seconds if o.full_seconds else 0.0
+        expected = len(o.change.failing_tests)
+        caught = f"{len(o.caught)}/{expected}" if expected else "-"
+        ttff = s["time_to_first_failure"]
+        why = "; ".join(f"{n}× {w}" for w, n in o.why) or "nothing it affects"
+        lines.append(f"{o.change.name:<26} {s['selected']:>4}/{s['total']:<4} "
+                     f"{o.test_seconds:>10.1f} {saved:>6.0%} {len(o.failed):>6} {caught:>7} "
+                     f"{(f'{ttff:.1f}s' if ttff is not None else '-'):>8}  {why[:90]}")
+    total_full = sum(o.full_seconds for o in outcomes)
+    total_run = sum(o.test_seconds for o in outcomes)
+    missed = sum(len(o.missed) for o in outcomes)
+    lines.append("-" * len(head))
+    lines.append(f"over {len(outcomes)} changes: ran {total_run:.1f} of {total_full:.1f} "
+                 f"test-seconds ({1 - total_run / max(total_full, 1e-9):.0%} saved); "
+                 f"known failures missed: {missed}")
+    return "\n".join(lines)
+
+
+def render_html(outcomes: list[Outcome], full_seconds: float, wall: float) -> str:
+    from jinja2 import Environment, PackageLoader, select_autoescape  # noqa: PLC0415
+
+    env = Environment(loader=PackageLoader("fastci", "templates"),
+                      autoescape=select_autoescape(["html"]))
+    rows = []
+    for o in outcomes:
+        s = o.summary
+        rows.append({
+            "name": o.change.name, "description": o.change.description, "kind": o.change.kind,
+            "selected": s["selected"], "total": s["total"], "run": o.test_seconds,
+            "saved": 1 - o.test_seconds / full_seconds if full_seconds else 0.0,
+            "failed": sorted(o.failed), "expected": list(o.change.failing_tests),
+            "missed": sorted(o.missed), "ttff": s["time_to_first_failure"],
+            "why": o.why, "mode": o.report.selection.mode,
+            "tests": [{"id": d.test_id, "rank": d.rank, "risk": d.risk,
+                       "reason": d.reasons[0] if d.reasons else ""}
+                      for d in o.report.selection.selected[:25]],
+        })
+    return env.get_template("demo.html").render(rows=rows, full_seconds=full_seconds,
+                                                wall=wall)
