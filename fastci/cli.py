@@ -7,6 +7,7 @@ Exit codes (stable; scripts may rely on them):
   3  git error: not a repository, unknown revision
   4  evidence store error: corrupt, foreign or unwritable store
   5  pytest could not run (internal error, interrupted, no tests collected)
+ 70  a bug in FastCI (the message says so; FASTCI_DEBUG=1 shows the traceback)
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import os
 import sys
 from typing import Sequence
 
 from fastci import __version__
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_GIT, EXIT_STORE, EXIT_PYTEST = 0, 1, 2, 3, 4, 5
+EXIT_INTERNAL = 70
 
 
 class CliError(Exception):
@@ -134,7 +137,7 @@ def cmd_demo(args, pytest_args) -> int:
     from fastci.runner.engine import RunError  # noqa: PLC0415
 
     try:
-        outcomes = run_demo(args.workdir, args.out)
+        outcomes = run_demo(args.workdir, args.out, jobs=args.jobs)
     except (DemoError, RunError) as exc:
         raise CliError(str(exc), EXIT_PYTEST) from None
     missed = sum(len(o.missed) for o in outcomes)
@@ -203,6 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", default=None, help="where to build the demo repository "
                    "(default: a new temporary folder)")
     p.add_argument("--out", default=None, help="HTML report path (default: in the workdir)")
+    p.add_argument("--jobs", type=int, default=2,
+                   help="changes run at the same time (default 2: the suite pins one thread)")
     p.set_defaults(func=cmd_demo)
     return parser
 
@@ -236,6 +241,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("fastci: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug of ours: say so plainly, the traceback on request
+        if os.environ.get("FASTCI_DEBUG"):
+            raise
+        print(f"fastci: internal error: {type(exc).__name__}: {exc}\n"
+              "This is a FastCI bug; rerun with FASTCI_DEBUG=1 for the traceback and report it.",
+              file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ imports the module.
 from __future__ import annotations
 
 import ast
+import copy
 import hashlib
 from dataclasses import dataclass, field
 
@@ -46,6 +47,8 @@ class Block:
     is_jit: bool = False  # decorated with triton.jit (or a jit-like decorator)
     calls: tuple[str, ...] = ()  # plain names called (to find the jit functions a kernel calls)
     body_start: int = 0  # first line of the body: lines before it run in the parent scope
+    header: str = ""  # digest of decorators, signature or bases: what the parent evaluates
+    inherits: bool = False  # a class with bases: a method added to it may override one
 
 
 @dataclass(frozen=True)
@@ -96,8 +99,26 @@ def _stub(node: ast.stmt) -> ast.stmt:
         type_params=[])
 
 
+class _StubDefs(ast.NodeTransformer):
+    """Defs nested in compound statements (`if triton is not None: @jit def k(...)`) are
+    blocks of their own too: their parent sees their names only."""
+
+    def _stubbed(self, node: ast.stmt) -> ast.stmt:
+        return _stub(node)
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _stubbed
+
+
+def _without_defs(stmt: ast.stmt) -> ast.stmt:
+    if isinstance(stmt, _DEFS):
+        return _stub(stmt)
+    if not any(isinstance(n, _DEFS) for n in ast.walk(stmt)):
+        return stmt
+    return _StubDefs().visit(copy.deepcopy(stmt))
+
+
 def _normalised_body(body: list[ast.stmt]) -> list[ast.stmt]:
-    return [_stub(s) if isinstance(s, _DEFS) else s for s in _strip_docstring(body)]
+    return [_without_defs(s) for s in _strip_docstring(body)]
 
 
 def _dump(nodes: list[ast.AST] | ast.AST) -> str:
@@ -221,8 +242,9 @@ def _statement(stmt: ast.stmt) -> Statement:
         digest = _digest(_dump(_stub(stmt)))
         reads: set[str] = set()
     else:
-        digest = _digest(_dump(stmt))
-        reads, _ = _reads([stmt])
+        normal = _without_defs(stmt)
+        digest = _digest(_dump(normal))
+        reads, _ = _reads([normal])
     if isinstance(stmt, _DEFS):
         kind = "def"
     elif isinstance(stmt, _PLAIN):
@@ -305,7 +327,8 @@ class _Collector:
             qualname=qualname, kind=kind, start=start, end=end, fingerprint=fingerprint,
             reads=tuple(sorted(head_reads | body_reads)), statements=statements,
             is_jit=_is_jit(node), calls=tuple(sorted(head_calls | body_calls)),
-            body_start=body_start))
+            body_start=body_start, header=_digest(_dump(header)),
+            inherits=isinstance(node, ast.ClassDef) and bool(node.bases or node.keywords)))
         self._children(node.body, child_prefix)
 
 

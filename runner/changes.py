@@ -147,9 +147,10 @@ def analyse(files: tuple[FileChange, ...], old_inv: Mapping[str, FileBlocks],
             if kind == "function":
                 continue
             short = qualname.rsplit(".", 1)[-1]
-            if kind == "class":
-                names.add(short)  # a class body or header changed: whoever names the class
-            for statement in _statement_changes(before, after):
+            changed_statements = _statement_changes(before, after)
+            if kind == "class" and _class_change_is_broad(before, after, changed_statements):
+                names.add(short)  # whoever names the class may see different behaviour
+            for statement in changed_statements:
                 if statement.kind == "other":
                     unresolved[new_path] = (
                         f"a {'module' if kind == 'module' else 'class ' + short} body "
@@ -165,6 +166,22 @@ def analyse(files: tuple[FileChange, ...], old_inv: Mapping[str, FileBlocks],
                      names=frozenset(names),
                      local_names={p: frozenset(n) for p, n in local.items()},
                      unresolved=unresolved)
+
+
+def _class_change_is_broad(before: Block | None, after: Block | None, changed) -> bool:
+    """Whether a changed class must select every user of the class, not only the readers
+    of the names it changed: its header (bases, decorators such as @dataclass) changed, a
+    field or attribute changed, or a method was added to or removed from a class with bases
+    or a special method (it may override or stop overriding an inherited one)."""
+    if before is None or after is None or before.header != after.header:
+        return True
+    for statement in changed:
+        if statement.kind != "def":
+            return True
+        name = statement.defines[0]
+        if after.inherits or (name.startswith("__") and name.endswith("__")):
+            return True
+    return False
 
 
 def _propagate(names: set[str], local: dict[str, set[str]], unresolved: dict[str, str],

@@ -196,15 +196,29 @@ class Engine:
             blocking = list(self.settings.blocking)
             self.progress(f"running {len(order)} of {len(selection.decisions)} tests, "
                           f"blocking dimensions ({', '.join(blocking)}) first")
-            phases = [_Phase("blocking", blocking, exclude=False)]
-            if background:
+            chosen = [d for d in (selection.decisions if run_all else selection.selected)]
+            # A session costs seconds of start-up (imports, collection): skip one with
+            # nothing to run. A new test's dimension is known only from its markers at
+            # collection, so new tests keep both sessions.
+            new = any(d.new for d in chosen)
+            phases = []
+            if new or any(self.settings.is_blocking(d.dimension) for d in chosen):
+                phases.append(_Phase("blocking", blocking, exclude=False))
+            if background and (new or any(not self.settings.is_blocking(d.dimension)
+                                          for d in chosen)):
                 phases.append(_Phase("background", blocking, exclude=True))
             for phase in phases:
+                if phase.name == "background" and on_verdict is not None:
+                    on_verdict(_report(selection, phases[:phases.index(phase)], started))
                 self._run_phase(phase, order, known, pytest_args, stream)
-                if phase.name == "blocking" and on_verdict is not None:
-                    on_verdict(_report(selection, [phase], started))
-            recording = _merge([p.recording for p in phases])
-            collected = list(dict.fromkeys(c for p in phases for c in p.collected))
+            if (not phases or phases[-1].name == "blocking") and on_verdict is not None:
+                on_verdict(_report(selection, phases, started))
+            if phases:
+                recording = _merge([p.recording for p in phases])
+                collected = list(dict.fromkeys(c for p in phases for c in p.collected))
+            else:  # nothing to run: the head's evidence is the base's, carried forward
+                recording = self._nothing_ran(planned)
+                collected = []
             if snapshot is not None:
                 snapshot = store.load_snapshot(snapshot.commit, snapshot.env_key,
                                                with_lines=True)
@@ -214,6 +228,14 @@ class Engine:
                 from .carry import store_recording  # noqa: PLC0415
                 store_recording(store, self.repo, recording)
         return _report(selection, phases, started)
+
+    def _nothing_ran(self, planned: Planned) -> Recording:
+        snap = planned.snapshot
+        now = time.time()
+        return Recording(tree=dict(planned.inputs.head_tree), environment=planned.inputs.environment,
+                         tests={}, import_time=dict(snap.import_time) if snap else {},
+                         session_files=dict(snap.session_files) if snap else {},
+                         started_at=now, finished_at=now)
 
     def _run_phase(self, phase: "_Phase", order: list[str], known: list[str],
                    pytest_args: list[str], stream) -> None:
@@ -286,6 +308,9 @@ def _report(selection: Selection, phases: list[_Phase], started: float) -> RunRe
                     for t in (rec.tests[i] for i in rec.order)]
         if rec.first_failure_at is not None and first is None:
             first = rec.first_failure_at - phases[0].recording.started_at
+    if not phases:
+        return RunReport(selection=selection, wall_seconds=time.time() - started,
+                         extra={"pytest_exit_codes": {}})
     codes = {p.name: p.code for p in phases if p.recording is not None}
     return RunReport(selection=selection, results=tuple(results),
                      wall_seconds=time.time() - started, time_to_first_failure=first,

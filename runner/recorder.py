@@ -22,6 +22,7 @@ import resource
 import sys
 import time
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -87,7 +88,7 @@ class Recorder:
         self.first_failure_at: float | None = None
         self._stack: list[str] = []
         self._cov = None
-        self._kernel_hook = tracing.KernelHook(self._on_launch)
+        self._kernel_hook = tracing.KernelHook(self._on_launch, self._untraced)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -100,6 +101,18 @@ class Recorder:
         self._cov.start()
         self._cov.switch_context(SESSION_CONTEXT)
         tracing.start(self._on_file)
+
+    @contextmanager
+    def _untraced(self):
+        collector = getattr(self._cov, "_collector", None)
+        if collector is None:
+            yield
+            return
+        collector.pause()
+        try:
+            yield
+        finally:
+            collector.resume()
 
     def install_kernel_hook(self) -> None:
         self._kernel_hook.install()

@@ -4,8 +4,9 @@ Evidence is a cache: losing it costs time (tests get selected), never safety. Th
 content-addressed where it can be (file inventories by blob sha, test evidence by digest),
 so carrying a skipped test's evidence to a new commit copies a row id, not its data.
 
-Schema history (bump SCHEMA_VERSION on any change; an older file is moved aside, kept, and
-rebuilt empty; a corrupt or foreign file is an error the user decides about):
+Schema history (bump SCHEMA_VERSION on any change, the inventory format included; an older
+file is moved aside, kept, and rebuilt empty; a corrupt or foreign file is an error the user
+decides about):
   1  first version.
 """
 
@@ -375,7 +376,8 @@ def _inventory_to_json(fb: FileBlocks) -> dict:
         "blocks": [[b.qualname, b.kind, b.start, b.body_start, b.end, b.fingerprint,
                     list(b.reads),
                     [[s.digest, list(s.defines), list(s.reads), s.kind]
-                     for s in b.statements], b.is_jit, list(b.calls)] for b in fb.blocks],
+                     for s in b.statements], b.is_jit, list(b.calls), b.header, b.inherits]
+                   for b in fb.blocks],
     }
 
 
@@ -384,8 +386,9 @@ def _inventory_from_json(data: dict) -> FileBlocks:
         Block(qualname=q, kind=k, start=s, body_start=bs, end=e, fingerprint=f,
               reads=tuple(r),
               statements=tuple(Statement(d, tuple(df), tuple(rd), kind)
-                               for d, df, rd, kind in st), is_jit=bool(j), calls=tuple(c))
-        for q, k, s, bs, e, f, r, st, j, c in data["blocks"])
+                               for d, df, rd, kind in st), is_jit=bool(j), calls=tuple(c),
+              header=h, inherits=bool(i))
+        for q, k, s, bs, e, f, r, st, j, c, h, i in data["blocks"])
     owner: dict[int, str] = {}
     for block in blocks:  # parents come before children: the innermost block wins
         if block.kind != "module":

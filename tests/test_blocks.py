@@ -143,3 +143,22 @@ def test_imports_resolve_relative_names():
     fb = parse_blocks("from .norms import EPS\nimport torch.nn\nfrom . import sub\n",
                       "pkg.model", False)
     assert {"pkg.norms", "pkg.norms.EPS", "torch.nn", "pkg", "pkg.sub"} <= set(fb.imports)
+
+
+def test_defs_inside_module_level_if_are_blocks_and_do_not_change_the_statement():
+    source = textwrap.dedent('''
+        try:
+            import triton
+        except ImportError:
+            triton = None
+
+        if triton is not None:
+            @triton.jit
+            def kernel(x):
+                return x * 2
+    ''')
+    before = parse_blocks(source).by_qualname()
+    after = parse_blocks(source.replace("x * 2", "x * 3")).by_qualname()
+    assert before["kernel"].fingerprint != after["kernel"].fingerprint
+    assert before[MODULE].fingerprint == after[MODULE].fingerprint
+    assert before[MODULE].statements == after[MODULE].statements

@@ -60,8 +60,6 @@ def test_torch_modules_are_traced_per_test(project):
     project.edit("tm/layers.py", "return self.down(torch.relu(self.up(x)))",
                  "return self.down(torch.nn.functional.gelu(self.up(x)))")
     assert project.selected() == {"tests/test_layers.py::test_mlp_shape"}
-    with Engine(project.root).open_store() as store:
-        pass
     planned = Engine(project.root).plan()
     blocks = planned.snapshot.tests["tests/test_layers.py::test_rmsnorm_unit_rms"].blocks
     assert set(blocks["tm/layers.py"]) == {"RMSNorm.__init__", "RMSNorm.forward"}
@@ -135,6 +133,18 @@ def test_triton_kernel_changes_select_exactly_the_tests_that_launched_them(proje
     planned = Engine(project.root).plan()
     kernels = planned.snapshot.tests["tests/test_kernels.py::test_scale"].kernels
     assert set(kernels) == {"kp/kernels.py::scale_kernel"}
+    # Tracing pauses during an interpreted launch and resumes after it: the lines after the
+    # launch, in the launcher and in the test, are still recorded.
+    with Engine(project.root).open_store() as store:
+        snap = store.load_snapshot(planned.snapshot.commit, planned.snapshot.env_key,
+                                   with_lines=True)
+    lines = snap.tests["tests/test_kernels.py::test_scale"].lines
+    source = (project.root / "kp/kernels.py").read_text().splitlines()
+    after_launch = next(i + 1 for i, text in enumerate(source) if "return out" in text)
+    assert after_launch in lines["kp/kernels.py"]
+    test_source = (project.root / "tests/test_kernels.py").read_text().splitlines()
+    assertion = next(i + 1 for i, t in enumerate(test_source) if "scale(x, 2.0), x * 2" in t)
+    assert assertion in lines["tests/test_kernels.py"]
     # A jit helper called by one kernel: only the tests launching that kernel.
     project.edit("kp/kernels.py", "return x * factor", "return factor * x")
     result = project.select()

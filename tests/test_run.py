@@ -116,3 +116,14 @@ def test_blocking_failure_fails_the_run_even_with_background_passing(library):
     assert proc.returncode == 1
     assert report["summary"]["verdict"] == "failed"
     assert all(r["blocking"] for r in report["results"])
+
+
+def test_nothing_selected_runs_no_session_and_still_carries_evidence(library):
+    library.edit("calc/norms.py", '"""Root mean square."""', '"""Root mean square, again."""')
+    library.commit("docstring")
+    proc, report = run(library)
+    assert proc.returncode == 0
+    assert report["results"] == [] and report["pytest_exit_codes"] == {}
+    after = library.select("--base", "HEAD")
+    assert after["base"] == library.git("rev-parse", "HEAD")
+    assert after["summary"]["total"] == 8 and after["summary"]["selected"] == 0
