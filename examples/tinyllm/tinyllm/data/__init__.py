@@ -1,0 +1,1 @@
+"""Data pipeline: tokenizer, quality filters, packing and sampling."""

@@ -1,0 +1,1 @@
+"""Fused kernels (Triton) with torch reference implementations."""

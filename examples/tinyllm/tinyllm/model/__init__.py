@@ -1,0 +1,1 @@
+"""Model components: norms, rotary embeddings, attention, feed-forward, transformer."""

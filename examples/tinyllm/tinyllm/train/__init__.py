@@ -1,0 +1,1 @@
+"""Training: optimizer setup, precision policy, checkpointing and the trainer loop."""
