@@ -133,11 +133,13 @@ def cmd_explain(args, pytest_args) -> int:
 
 
 def cmd_demo(args, pytest_args) -> int:
-    from fastci.demo import DemoError, run_demo  # noqa: PLC0415
+    from fastci.demo import DemoError, DemoUsageError, run_demo  # noqa: PLC0415
     from fastci.runner.engine import RunError  # noqa: PLC0415
 
     try:
-        outcomes = run_demo(args.workdir, args.out, jobs=args.jobs)
+        outcomes = run_demo(args.workdir, args.out, jobs=args.jobs, only=args.only)
+    except DemoUsageError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
     except (DemoError, RunError) as exc:
         raise CliError(str(exc), EXIT_PYTEST) from None
     missed = sum(len(o.missed) for o in outcomes)
@@ -208,6 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="HTML report path (default: in the workdir)")
     p.add_argument("--jobs", type=int, default=2,
                    help="changes run at the same time (default 2: the suite pins one thread)")
+    p.add_argument("--only", action="append", metavar="CHANGE",
+                   help="run only this bundled change (repeatable)")
     p.set_defaults(func=cmd_demo)
     return parser
 

@@ -33,6 +33,10 @@ class DemoError(Exception):
     """The demo cannot run; the message says why."""
 
 
+class DemoUsageError(DemoError):
+    """The demo was asked for something it does not have."""
+
+
 @dataclass(frozen=True)
 class Change:
     name: str
@@ -120,9 +124,15 @@ def _why(report: RunReport) -> list[tuple[str, int]]:
 
 
 def run_demo(workdir: Path | None = None, out: Path | None = None, say=print,
-             jobs: int = 2) -> list[Outcome]:
+             jobs: int = 2, only: list[str] | None = None) -> list[Outcome]:
     example = example_dir()
     changes = load_changes(example)
+    if only:
+        unknown = set(only) - {c.name for c in changes}
+        if unknown:
+            raise DemoUsageError(f"unknown change(s) {', '.join(sorted(unknown))}; the bundled "
+                            f"ones: {', '.join(c.name for c in changes)}")
+        changes = [c for c in changes if c.name in only]
     started = time.perf_counter()
     root_parent = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="fastci-demo-"))
     root = root_parent / "tinyllm"
