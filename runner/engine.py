@@ -8,7 +8,6 @@ the head, carrying the skipped tests' evidence forward.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ from .plan import make_plan
 from .recorder import Recording, blob_sha, recording_from_json
 from .report import RunReport, Selection, TestResult
 from .select import History, SelectionInput, select
-from .store import EvidenceStore, default_path
+from .store import EvidenceStore
 
 DEFAULT_BRANCHES = ("origin/HEAD", "origin/main", "origin/master", "main", "master")
 
@@ -47,9 +46,8 @@ class Engine:
                  progress=None) -> None:
         self.repo = Repo.find(root)
         self.settings = config.load(self.repo.root)
-        self.store_path = Path(store_path) if store_path else (
-            default_path(self.repo.root) if os.environ.get("FASTCI_STORE")
-            else self.repo.root / self.settings.store)
+        # [tool.fastci] store, or FASTCI_STORE; relative paths are the repository's.
+        self.store_path = Path(store_path) if store_path else self.repo.root / self.settings.store
         self.progress = progress or (lambda message: None)
 
     def open_store(self, create: bool = True) -> EvidenceStore:

@@ -83,7 +83,7 @@ class Repo:
                 tree[path] = meta.split()[1]
         dirty = [p for p in self.git("ls-files", "-z", "-m", "-d").split("\0") if p]
         untracked = [p for p in self.git("ls-files", "-z", "-o", "--exclude-standard")
-                     .split("\0") if p]
+                     .split("\0") if p and not _is_by_product(p)]
         rehash = []
         for path in dict.fromkeys(dirty + untracked):
             if (self.root / path).is_file():
@@ -147,6 +147,15 @@ class Repo:
                 before, after = line.split()[1:3]
                 hunks.append((*_span(before[1:]), *_span(after[1:])))
         return hunks
+
+
+BY_PRODUCTS = ("__pycache__/", ".fastci/", ".pytest_cache/", ".mypy_cache/", ".ruff_cache/")
+
+
+def _is_by_product(path: str) -> bool:
+    """Untracked files that tools write while tests run, never inputs of a test."""
+    return path.endswith((".pyc", ".pyo")) or any(
+        path.startswith(p) or f"/{p}" in path for p in BY_PRODUCTS)
 
 
 def _span(text: str) -> tuple[int, int]:

@@ -174,10 +174,11 @@ class _Session:
         if self.recorder is None:
             return
         from .recorder import recording_to_json  # noqa: PLC0415
-        from .store import EvidenceStore, StoreError, default_path  # noqa: PLC0415
+        from .store import EvidenceStore, StoreError  # noqa: PLC0415
 
         out = self.config.getoption("fastci_out")
-        store_path = self.config.getoption("fastci_store") or default_path(self.recorder.repo.root)
+        store_path = (self.config.getoption("fastci_store")
+                      or self.recorder.repo.root / self.settings.store)
         try:
             with EvidenceStore(store_path) as store:
                 recording = self.recorder.finish(store)

@@ -86,10 +86,6 @@ class StoreError(Exception):
     """The store cannot be used; the message tells the user what to do."""
 
 
-def default_path(repo_root: Path) -> Path:
-    return Path(os.environ.get("FASTCI_STORE") or repo_root / ".fastci" / "evidence.db")
-
-
 class EvidenceStore:
     """SQLite evidence store. Safe for two writers: WAL, a busy timeout, and every write in
     one IMMEDIATE transaction."""

@@ -249,3 +249,18 @@ def test_json_contract(library):
     summary = data["summary"]
     assert summary["selected"] + summary["skipped"] == summary["total"] == len(data["tests"])
     json.dumps(data)
+
+
+def test_default_base_is_the_merge_base_with_the_default_branch(library):
+    base = library.git("rev-parse", "HEAD")
+    library.git("checkout", "-q", "-b", "feature")
+    library.edit("calc/norms.py", "return sum(abs(x) for x in xs)", "return sum(x for x in xs)")
+    library.commit("feature work")
+    library.git("checkout", "-q", "main")
+    library.edit("calc/model.py", "bias = 0.5", "bias = 0.6")
+    library.commit("main moves on, without evidence")
+    library.git("checkout", "-q", "feature")
+    result = library.select()
+    assert result["base"] == base
+    assert {t["id"] for t in result["tests"] if t["decision"] == "selected"} == \
+        {"tests/test_norms.py::test_l1"}
