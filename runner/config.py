@@ -7,7 +7,7 @@ silently ignored setting.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 try:
@@ -31,9 +31,6 @@ class Settings:
     """Dimensions whose failures block the verdict; the others run in the background."""
     failure_half_life: float = 10.0
     """Runs after which a past failure weighs half as much in a test's risk."""
-    shadow: bool = False
-    """Select, but run everything, and record what the selection would have missed."""
-    extra: dict = field(default_factory=dict, compare=False)
 
     def dimension_of(self, markers: tuple[str, ...] | list[str]) -> str:
         for marker in markers:
@@ -58,7 +55,7 @@ def load(root: Path, environ: dict[str, str] | None = None) -> Settings:
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{pyproject}: not valid TOML ({exc})") from None
         values.update(data.get("tool", {}).get("fastci", {}))
-    known = {f.name for f in fields(Settings) if f.name != "extra"}
+    known = {f.name for f in fields(Settings)}
     for f in known:
         key = f"FASTCI_{f.upper()}"
         if key in environ:
@@ -75,9 +72,6 @@ def load(root: Path, environ: dict[str, str] | None = None) -> Settings:
             if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"[tool.fastci] {name} must be a list of names")
             value = tuple(value)
-        elif name == "shadow":
-            if isinstance(value, str):
-                value = value.strip().lower() in ("1", "true", "yes", "on")
         elif name == "failure_half_life":
             try:
                 value = float(value)

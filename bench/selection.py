@@ -10,7 +10,7 @@ evidence once on the pristine subject, then runs the selection on each mutant an
   APFDc       of FastCI's order, and of file order over the same selected tests
   latency     of the selection (in-process `Engine.plan`)
 
-    python bench/mutation.py [--mutants 40] [--benign 8] [--seed 0] [--cache bench/results]
+    python bench/selection.py [--mutants 40] [--benign 8] [--seed 0] [--cache bench/results]
 """
 
 from __future__ import annotations
@@ -108,19 +108,26 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--only-ground-truth", action="store_true")
+    ap.add_argument("--shard", default="0/1", metavar="K/N",
+                    help="establish ground truth for every N-th mutant from the K-th (run N "
+                         "processes to use N cores; each writes its own cache file)")
     args = ap.parse_args()
     cache_dir = Path(args.cache)
     cache_dir.mkdir(parents=True, exist_ok=True)
     work = cache_dir / "mutation-work"
     work.mkdir(exist_ok=True)
-    truth_file = cache_dir / "mutation-ground-truth.json"
-    truth = json.loads(truth_file.read_text()) if truth_file.exists() else {}
+    shard, shards = (int(x) for x in args.shard.split("/"))
+    truth_file = cache_dir / ("mutation-ground-truth.json" if shards == 1
+                              else f"mutation-ground-truth.{shard}.json")
+    truth = {}
+    for cached in sorted(cache_dir.glob("mutation-ground-truth*.json")):
+        truth.update(json.loads(cached.read_text()))
 
     mutants = generate(SUBJECT, "tinyllm", args.mutants, args.benign, args.seed)
     print(f"{len(mutants)} mutants ({sum(m.benign for m in mutants)} benign) of "
           f"{SUBJECT.relative_to(ROOT)}", flush=True)
 
-    gt_repo = fresh_copy(work / "ground-truth")
+    gt_repo = fresh_copy(work / f"ground-truth-{shard}")
     order = collect_order(gt_repo)
     start = time.perf_counter()
     base_failing, status = failing_tests(gt_repo, order, timeout=900)
@@ -128,20 +135,21 @@ def main() -> None:
     if base_failing or status != "ok":
         sys.exit(f"the pristine suite must pass: {status} {base_failing[:5]}")
     digest = subject_digest()
+    mine = json.loads(truth_file.read_text()) if truth_file.exists() else {}
 
     def key_of(m: Mutant) -> str:
         return hashlib.sha1(f"{digest}\0{m.path}\0{m.after}".encode()).hexdigest()
 
     for i, m in enumerate(mutants, 1):
         key = key_of(m)
-        if key in truth:
+        if key in truth or (i - 1) % shards != shard:
             continue
         m.apply(gt_repo)
         t0 = time.perf_counter()
         failed, status = failing_tests(gt_repo, order, timeout=max(5 * suite_seconds, 120))
         git(gt_repo, "checkout", "-q", "--", m.path)
-        truth[key] = {"id": m.id, "failing": failed, "status": status}
-        truth_file.write_text(json.dumps(truth, indent=1, sort_keys=True))
+        truth[key] = mine[key] = {"id": m.id, "failing": failed, "status": status}
+        truth_file.write_text(json.dumps(mine, indent=1, sort_keys=True))
         print(f"  ground truth {i}/{len(mutants)} {m.id:<40} {len(failed):>3} failing "
               f"({status}, {time.perf_counter() - t0:.0f}s)", flush=True)
     if args.only_ground_truth:
