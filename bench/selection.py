@@ -18,11 +18,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import re
+import os
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,9 +35,9 @@ from fastci.runner.engine import Engine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBJECT = ROOT / "examples" / "tinyllm"
-PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE"]
+PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
 IGNORE = shutil.ignore_patterns("__pycache__", ".fastci", ".pytest_cache", "changes")
-RESULT = re.compile(r"^(FAILED|ERROR) (\S+)")
+HERE = Path(__file__).resolve().parent
 
 
 def git(root: Path, *args: str) -> str:
@@ -72,23 +73,30 @@ def collect_order(root: Path) -> list[str]:
 
 def failing_tests(root: Path, order: list[str], timeout: float) -> tuple[list[str], str]:
     """The full suite's failing tests, or ("timeout"/"error") status."""
-    try:
-        proc = subprocess.run(PYTEST + [f"--rootdir={root}"], cwd=root, capture_output=True,
-                              text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return [], "timeout"
+    with tempfile.NamedTemporaryFile("r", suffix=".txt") as out:
+        env = {**os.environ, "FASTCI_BENCH_FAILURES": out.name,
+               "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+        try:
+            proc = subprocess.run(PYTEST + ["-p", "failures_plugin", f"--rootdir={root}"],
+                                  cwd=root, capture_output=True, text=True, timeout=timeout,
+                                  env=env)
+        except subprocess.TimeoutExpired:
+            return [], "timeout"
+        reported = [line for line in out.read().splitlines() if line]
     failed = set()
-    for line in proc.stdout.splitlines():
-        match = RESULT.match(line)
-        if match:
-            node = match.group(2)
-            if "::" in node:
-                failed.add(node)
-            else:  # a test file that failed to import: all its tests fail
-                failed.update(t for t in order if t.startswith(node + "::"))
+    for node in reported:
+        if "::" in node:
+            failed.add(node)
+        else:  # a test file that failed to import: all its tests fail
+            failed.update(t for t in order if t.startswith(node + "::"))
     if proc.returncode not in (0, 1) and not failed:
         return [], f"pytest exit {proc.returncode}"
     return sorted(failed), "ok"
+
+
+def _well_formed(entry: dict) -> bool:
+    """Entries cached before node ids were read from the plugin lost what followed a space."""
+    return all(t.count("[") == t.count("]") for t in entry["failing"])
 
 
 def apfdc(order: list[str], costs: dict[str, float], failing: set[str]) -> float | None:
@@ -121,7 +129,7 @@ def main() -> None:
                               else f"mutation-ground-truth.{shard}.json")
     truth = {}
     for cached in sorted(cache_dir.glob("mutation-ground-truth*.json")):
-        truth.update(json.loads(cached.read_text()))
+        truth.update((k, v) for k, v in json.loads(cached.read_text()).items() if _well_formed(v))
 
     mutants = generate(SUBJECT, "tinyllm", args.mutants, args.benign, args.seed)
     print(f"{len(mutants)} mutants ({sum(m.benign for m in mutants)} benign) of "
@@ -135,7 +143,8 @@ def main() -> None:
     if base_failing or status != "ok":
         sys.exit(f"the pristine suite must pass: {status} {base_failing[:5]}")
     digest = subject_digest()
-    mine = json.loads(truth_file.read_text()) if truth_file.exists() else {}
+    mine = {k: v for k, v in (json.loads(truth_file.read_text()) if truth_file.exists()
+                              else {}).items() if _well_formed(v)}
 
     def key_of(m: Mutant) -> str:
         return hashlib.sha1(f"{digest}\0{m.path}\0{m.after}".encode()).hexdigest()
