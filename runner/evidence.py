@@ -29,6 +29,7 @@ class TestRecord:
     blocks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # path -> qualnames
     files: Mapping[str, str] = field(default_factory=dict)  # non-Python path -> blob sha
     dirs: tuple[str, ...] = ()  # directories the test listed
+    spawns: tuple[str, ...] = ()  # child processes able to run the repo's Python (untraced)
     kernels: Mapping[str, str] = field(default_factory=dict)  # "path::qualname" -> hash
     markers: tuple[str, ...] = ()
     dimension: str = "correctness"
@@ -47,13 +48,14 @@ class TestRecord:
     def payload(self) -> bytes:
         """The part selection reads, compressed for the store."""
         return _pack({"b": self.blocks, "f": self.files, "d": list(self.dirs),
-                      "k": self.kernels})
+                      "k": self.kernels, "s": list(self.spawns)})
 
     @classmethod
     def from_payload(cls, data: bytes, **fields) -> "TestRecord":
         body = _unpack(data)
         return cls(blocks={p: tuple(q) for p, q in body["b"].items()}, files=body["f"],
-                   dirs=tuple(body["d"]), kernels=body["k"], **fields)
+                   dirs=tuple(body["d"]), kernels=body["k"], spawns=tuple(body["s"]),
+                   **fields)
 
 
 @dataclass(frozen=True)

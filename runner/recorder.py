@@ -82,6 +82,7 @@ class Recorder:
         self.context = SESSION_CONTEXT
         self.files: dict[str, set[str]] = defaultdict(set)
         self.dirs: dict[str, set[str]] = defaultdict(set)
+        self.spawns: dict[str, set[str]] = defaultdict(set)
         self.kernels: dict[str, set[tuple[str, str]]] = defaultdict(set)
         self.tests: dict[str, _Test] = {}
         self.started_at = time.time()
@@ -131,6 +132,10 @@ class Recorder:
 
     # -- events ------------------------------------------------------------------------------
     def _on_file(self, kind: str, path: str) -> None:
+        if kind == "spawn":
+            if path:
+                self.spawns[self.context].add(path)
+            return
         full = path if path.startswith("/") else os.path.join(os.getcwd(), path)
         if kind == "open":
             if tracing.wants(full, self.root) and os.path.isfile(full):
@@ -190,7 +195,9 @@ class Recorder:
             files: set[str] = set()
             dirs: set[str] = set()
             kernels: set[tuple[str, str]] = set()
+            spawns: set[str] = set()
             for context in test.contexts:
+                spawns |= self.spawns.get(context, set())
                 for path, ls in lines_by_context.get(context, {}).items():
                     lines[path] |= ls
                 files |= self.files.get(context, set())
@@ -210,7 +217,7 @@ class Recorder:
                 blocks=blocks, files=shas.hash_all(files),
                 dirs=tuple(sorted(os.path.relpath(d, self.root) for d in dirs)),
                 kernels={k: kernel_hash[k] for k in (f"{p}::{q}" for p, q in kernels)},
-                markers=test.markers, dimension=test.dimension,
+                markers=test.markers, dimension=test.dimension, spawns=tuple(sorted(spawns)),
                 peak_memory=test.peak_memory, cuda=test.cuda,
                 lines={p: tuple(sorted(ls)) for p, ls in lines.items()})
         import_time: dict[str, dict[str, list[str]]] = defaultdict(dict)
@@ -303,6 +310,7 @@ def recording_from_json(data: dict) -> tuple[Recording, dict[str, dict]]:
         t["blocks"] = {p: tuple(q) for p, q in t["blocks"].items()}
         t["lines"] = {p: tuple(ls) for p, ls in t["lines"].items()}
         t["dirs"] = tuple(t["dirs"])
+        t["spawns"] = tuple(t["spawns"])
         t["markers"] = tuple(t["markers"])
         tests[t["test_id"]] = TestRecord(**t)
     rec = Recording(tree=data["tree"], environment=Environment(**data["environment"]),

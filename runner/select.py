@@ -133,6 +133,10 @@ class _Rules:
             posixpath.dirname(c.path) for c in changes.files
             if c.path.rsplit("/", 1)[-1] == "conftest.py" and "/" in c.path
             and _conftest_changed(c.path, changes))
+        # What a child process might see: any changed block, or any changed non-Python file.
+        self.code_or_data_changed = bool(changes.blocks or changes.unresolved
+                                         or changes.unparseable) or any(
+            not c.path.endswith(".py") for c in changes.files)
         status = changes.file_status()
         self.added_or_removed = defaultdict(list)
         for path, change in status.items():
@@ -202,6 +206,11 @@ class _Rules:
                 out.append(f"listed {directory or '.'}/, where files were added or removed "
                            f"({', '.join(entries[:MAX_EXAMPLES])})")
                 units += 1
+        if test.spawns and self.code_or_data_changed:
+            out.append(f"it starts child processes FastCI does not trace ({test.spawns[0]}"
+                       f"{' and more' if len(test.spawns) > 1 else ''}), and code or data "
+                       "changed")
+            units += 1
         kernels = [k for k, h in test.kernels.items() if inp.head_kernels.get(k, "missing") != h]
         if kernels:
             units += len(kernels)

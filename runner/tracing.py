@@ -29,11 +29,35 @@ def _audit(event: str, args: tuple) -> None:
                 and "+" not in mode:
             return  # writing a file does not make a test depend on its contents
         sink("open", os.fsdecode(path))
+    elif event in _SPAWNS:
+        sink("spawn", _describe_spawn(event, args))
     elif event in ("os.listdir", "os.scandir"):
         path = args[0] if args else "."
         if isinstance(path, int):
             return
         sink("list", os.fsdecode(path) if path is not None else ".")
+
+
+_SPAWNS = ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.spawn", "os.fork",
+           "os.forkpty")
+_PYTHON_LAUNCHERS = ("python", "torchrun", "pytest", "accelerate", "deepspeed")
+
+
+def _describe_spawn(event: str, args: tuple) -> str:
+    """What a test started, or "" for a child that cannot run the repository's Python code
+    (git, nvidia-smi): only children that can are a gap in the evidence."""
+    if event in ("os.fork", "os.forkpty"):
+        return "a forked child (multiprocessing or os.fork)"
+    try:
+        executable = os.fsdecode(args[0]) if args and args[0] is not None else ""
+        argv = args[1] if len(args) > 1 and isinstance(args[1], (list, tuple)) else []
+        words = [executable, *(os.fsdecode(a) for a in argv[:2] if isinstance(a, (str, bytes)))]
+    except (TypeError, ValueError):
+        return f"a child process ({event})"
+    names = [os.path.basename(w) for w in words if w]
+    if any(n.startswith(_PYTHON_LAUNCHERS) for n in names) or sys.executable in words:
+        return " ".join(w for w in words if w)[:200]
+    return ""
 
 
 def start(sink: Callable[[str, str], None]) -> None:

@@ -202,3 +202,51 @@ def test_data_files_and_directory_listings_are_evidence(project):
     (project.root / "shards" / "1.bin").unlink()
     (project.root / "data" / "a.json").unlink()
     assert project.selected() == {"tests/test_data.py::test_a"}
+
+
+SPAWN_PROJECT = {
+    "pyproject.toml": "[project]\nname = 'sp'\nversion = '0'\n",
+    "sp/__init__.py": "",
+    "sp/work.py": '''
+        def compute():
+            return 42
+
+
+        def other():
+            return 1
+    ''',
+    "tests/test_spawn.py": '''
+        import subprocess
+        import sys
+
+
+        def test_child_computes():
+            out = subprocess.run([sys.executable, "-c", "from sp.work import compute; print(compute())"],
+                                 capture_output=True, text=True, check=True)
+            assert out.stdout.strip() == "42"
+
+
+        def test_git_is_not_a_python_child():
+            subprocess.run(["git", "--version"], capture_output=True, check=True)
+
+
+        def test_plain():
+            assert True
+    ''',
+}
+
+
+def test_tests_that_start_python_children_are_selected_when_code_changes(project):
+    project.write(SPAWN_PROJECT)
+    project.commit()
+    project.record()
+    # The child runs compute(); the parent test never executes it, so only the spawn
+    # evidence can select it.
+    project.edit("sp/work.py", "return 42", "return 43")
+    result = project.select()
+    chosen = {t["id"]: t for t in result["tests"] if t["decision"] == "selected"}
+    assert set(chosen) == {"tests/test_spawn.py::test_child_computes"}
+    assert any("child processes" in r for r in chosen["tests/test_spawn.py::test_child_computes"]["reasons"])
+    project.git("checkout", "sp/work.py")
+    project.edit("sp/work.py", "def other():", "def other():  # a comment only")
+    assert project.selected() == set()
