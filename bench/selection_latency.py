@@ -24,7 +24,6 @@ from fastci.runner.engine import Engine
 from fastci.runner.environment import current
 from fastci.runner.evidence import Snapshot, TestRecord
 from fastci.runner.gitrepo import WORKTREE, Repo
-from fastci.runner.store import EvidenceStore
 
 
 def git(root: Path, *args: str) -> str:

@@ -107,7 +107,8 @@ def _git(root: Path, *args: str) -> str:
 
 
 def _category(reason: str) -> str:
-    for prefix in ("executed changed code", "executed code that reads a changed",
+    for prefix in ("executed changed code",
+                   "executed code that reads a changed module or class value",
                    "the test's own code changed", "read a changed file", "new test",
                    "launched a Triton kernel", "listed", "dependency manifest",
                    "pytest configuration", "it failed", "it error"):
@@ -182,7 +183,8 @@ def run_demo(workdir: Path | None = None, out: Path | None = None, say=print,
         s = outcome.summary
         ttff = s["time_to_first_failure"]
         say(f"      ({len(done)}/{len(changes)}) {change.name}: selected "
-            f"{s['selected']}/{s['total']} ({outcome.saved:.0%} of the suite's test-seconds "
+            f"{s['selected']}/{s['total']} ({percent(outcome.saved, s['selected'])} of the "
+            "suite's test-seconds "
             f"skipped), ran in {outcome.seconds:.0f}s, {len(outcome.failed)} failed"
             + (f" (first after {ttff:.1f}s)" if ttff is not None else "")
             + (f"; MISSED {sorted(outcome.missed)}" if outcome.missed else ""))
@@ -200,6 +202,14 @@ def run_demo(workdir: Path | None = None, out: Path | None = None, say=print,
     return outcomes
 
 
+def percent(share: float, selected: int) -> str:
+    """A share as a whole percentage that never rounds a selection away: 5 tests selected
+    out of 357 is ">99%" saved, not "100%"."""
+    if selected and share > 0.99:
+        return ">99%"
+    return f"{share:.0%}"
+
+
 def table(outcomes: list[Outcome]) -> str:
     head = (f"{'change':<26} {'selected':>9} {'test-s run':>10} {'saved':>6} {'failed':>6} "
             f"{'caught':>7} {'1st fail':>8}  why")
@@ -212,7 +222,8 @@ def table(outcomes: list[Outcome]) -> str:
         ttff = s["time_to_first_failure"]
         why = "; ".join(f"{n}× {w}" for w, n in o.why) or "nothing it affects"
         lines.append(f"{o.change.name:<26} {s['selected']:>4}/{s['total']:<4} "
-                     f"{o.test_seconds:>10.1f} {saved:>6.0%} {len(o.failed):>6} {caught:>7} "
+                     f"{o.test_seconds:>10.1f} {percent(saved, s['selected']):>6} "
+                     f"{len(o.failed):>6} {caught:>7} "
                      f"{(f'{ttff:.1f}s' if ttff is not None else '-'):>8}  {why[:90]}")
     total = sum(o.summary["expected_seconds_total"] for o in outcomes)
     skipped = sum(o.summary["expected_seconds_saved"] for o in outcomes)
@@ -237,7 +248,7 @@ def render_html(outcomes: list[Outcome], full_seconds: float, wall: float) -> st
         rows.append({
             "name": o.change.name, "description": o.change.description, "kind": o.change.kind,
             "selected": s["selected"], "total": s["total"], "run": o.test_seconds,
-            "saved": o.saved,
+            "saved": o.saved, "saved_text": percent(o.saved, s["selected"]),
             "failed": sorted(o.failed), "expected": list(o.change.failing_tests),
             "missed": sorted(o.missed), "ttff": s["time_to_first_failure"],
             "why": o.why, "mode": o.report.selection.mode,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from .environment import Environment

@@ -184,7 +184,6 @@ class Recorder:
                 for line, contexts in data.contexts_by_lineno(filename).items():
                     for context in contexts:
                         lines_by_context[context][rel].add(line)
-        paths = {p for ctx in lines_by_context.values() for p in ctx}
         inventories = inventory.load(self.repo, WORKTREE, self.tree, store)
         tests = {}
         all_kernels = {f"{p}::{q}" for ks in self.kernels.values() for p, q in ks}
