@@ -65,7 +65,7 @@ def cmd_select(args, pytest_args) -> int:
     from fastci.render import selection_table  # noqa: PLC0415
 
     engine = _engine(args)
-    planned = engine.plan(args.base, args.head or "WORKTREE")
+    planned = engine.plan(args.base, args.head or "WORKTREE", prune=not args.no_prune)
     sel = planned.selection
     if args.format == "json":
         out = sel.to_json()
@@ -92,7 +92,7 @@ def cmd_run(args, pytest_args) -> int:
 
     try:
         report = engine.run(args.base, pytest_args, run_all=args.all, on_verdict=on_verdict,
-                            background=not args.no_background)
+                            background=not args.no_background, prune=not args.no_prune)
     except RunError as exc:
         raise CliError(str(exc), EXIT_PYTEST) from None
     print(run_summary(report))
@@ -114,7 +114,7 @@ def cmd_explain(args, pytest_args) -> int:
     from fastci.render import explain  # noqa: PLC0415
 
     engine = _engine(args)
-    planned = engine.plan(args.base, args.head or "WORKTREE")
+    planned = engine.plan(args.base, args.head or "WORKTREE", prune=not args.no_prune)
     sel = planned.selection
     ids = [d.test_id for d in sel.decisions]
     test_id = args.test_id
@@ -128,7 +128,8 @@ def cmd_explain(args, pytest_args) -> int:
             raise CliError(f"unknown test id {args.test_id!r} (it has no evidence and is not "
                            f"a test function at the head){hint}")
     evidence = planned.snapshot.tests.get(test_id) if planned.snapshot else None
-    print(explain(sel, test_id, evidence))
+    kept = planned.pruning.kept.get(test_id) if planned.pruning else None
+    print(explain(sel, test_id, evidence, not_pruned=kept))
     return EXIT_OK
 
 
@@ -161,6 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="evidence store file (default: .fastci/evidence.db, or "
                              "$FASTCI_STORE)")
     common.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
+    prune = argparse.ArgumentParser(add_help=False)
+    prune.add_argument("--no-prune", action="store_true",
+                       help="skip equivalent-context pruning (replaying captured module "
+                            "calls under the new code)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("record", parents=[common],
@@ -169,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "evidence. Arguments after -- go to pytest.")
     p.set_defaults(func=cmd_record)
 
-    p = sub.add_parser("select", parents=[common],
+    p = sub.add_parser("select", parents=[common, prune],
                        help="which tests a change can affect, why, in which order",
                        description="Decide every test against the evidence of the base.")
     p.add_argument("--base", default=None,
@@ -181,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--show-skipped", action="store_true", help="list skipped tests too")
     p.set_defaults(func=cmd_select)
 
-    p = sub.add_parser("run", parents=[common],
+    p = sub.add_parser("run", parents=[common, prune],
                        help="select, run the selection riskiest first, store evidence",
                        description="Select against the working tree, run the selected tests "
                                    "through pytest in risk order, store fresh evidence for "
@@ -194,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run only the blocking dimensions (skip convergence, perf, ...)")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("explain", parents=[common], help="why a test is selected or skipped",
+    p = sub.add_parser("explain", parents=[common, prune], help="why a test is selected or skipped",
                        description="Print a test's decision, its reasons and its evidence.")
     p.add_argument("test_id", help="a pytest node id (a unique prefix is enough)")
     p.add_argument("--base", default=None)

@@ -85,7 +85,7 @@ def run_summary(report: RunReport) -> str:
     return "\n".join(lines)
 
 
-def explain(sel: Selection, test_id: str, evidence=None) -> str:
+def explain(sel: Selection, test_id: str, evidence=None, not_pruned: str | None = None) -> str:
     d = sel.decision(test_id)
     lines = [f"{test_id}: {'SELECTED' if d.selected else 'skipped'}"
              + (f" (rank {d.rank} of {len(sel.selected)})" if d.selected else ""),
@@ -94,6 +94,23 @@ def explain(sel: Selection, test_id: str, evidence=None) -> str:
              f"  base {(sel.base or '-')[:12]} -> head {sel.head[:12]} (mode {sel.mode})",
              "  why:"]
     lines += [f"    - {reason}" for reason in d.reasons]
+    if d.pruned:
+        lines.append(f"  pruning evidence ({d.pruned['mode']}):")
+        for call in d.pruned["replayed"]:
+            lines.append(f"    {call['module']} (capture {call['capture'][:12]}, "
+                         f"{call['fingerprints']} fingerprints, "
+                         f"replayed in {_seconds(call['replay_seconds'])}):")
+            for path, before in list(call["before"].items())[:8]:
+                after = call["after"].get(path)
+                mark = "==" if after == before else "!="
+                lines.append(f"      {path}: {before} {mark} {after}")
+            if len(call["before"]) > 8:
+                lines.append(f"      … and {len(call['before']) - 8} more, all equal")
+        for checked in d.pruned.get("classes", ()):
+            lines.append(f"    {checked['class']} only gained {', '.join(checked['added'])}, "
+                         "overriding nothing it inherits")
+    elif not_pruned:
+        lines.append(f"  not pruned: {not_pruned}")
     if evidence is not None:
         nblocks = sum(len(q) for q in evidence.blocks.values())
         lines.append("  evidence:")

@@ -95,12 +95,36 @@ def carry_forward(repo: Repo, base: Snapshot, recording: Recording, collected: l
     return tests
 
 
+def add_replayed(test: TestRecord, lines: dict[str, tuple[int, ...]], inventories
+                 ) -> TestRecord:
+    """A pruned test's carried evidence, plus what its replays ran under the new code.
+
+    The test did not run, so its old evidence is all we have; an equivalent refactor may
+    have moved its work into new blocks (a helper split out of a forward), and a later
+    change there must select it."""
+    blocks = {p: set(q) for p, q in test.blocks.items()}
+    merged = {p: set(ls) for p, ls in (test.lines or {}).items()}
+    for path, ls in lines.items():
+        merged.setdefault(path, set()).update(ls)
+        fb = inventories.get(path)
+        if fb is not None:
+            blocks.setdefault(path, set()).update(fb.owner_of(n) for n in ls)
+    return replace(test, blocks={p: tuple(sorted(q)) for p, q in blocks.items()},
+                   lines={p: tuple(sorted(ls)) for p, ls in merged.items()})
+
+
 def store_run(store, repo: Repo, base: Snapshot, recording: Recording, collected: list[str],
-              renames: dict[str, str], changed_paths: list[str], flaky: set[str] = frozenset()
-              ) -> Snapshot:
+              renames: dict[str, str], changed_paths: list[str], flaky: set[str] = frozenset(),
+              replayed_lines=None, head_inventories=None) -> Snapshot:
     """Store the head's snapshot after a selective run, and the run's history."""
     commit = head_commit(repo)
     tests = carry_forward(repo, base, recording, collected, renames)
+    for test_id, lines in (replayed_lines or {}).items():
+        if test_id in tests and test_id not in recording.tests:
+            paths = sorted(lines)
+            inventories = {p: head_inventories.get(p) for p in paths} \
+                if head_inventories is not None else {}
+            tests[test_id] = add_replayed(tests[test_id], lines, inventories)
     snap = replace(recording.snapshot(commit, source="run"), tests=tests)
     store.save_snapshot(snap)
     store.add_history(commit, recording.environment.digest, recording.tests.values(),

@@ -41,6 +41,10 @@ class ChangeSet:
     """Names rebound by a changed import statement: they matter inside that file only."""
     unresolved: Mapping[str, str] = field(default_factory=dict)
     """path -> why its module-level change could not be resolved to names."""
+    added_methods: Mapping[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    """(path, class) -> methods added to a class with bases, when that is all that made the
+    class change broad: harmless unless one overrides an inherited attribute (a pruning
+    replay checks that under the new code) or other code looks the name up."""
 
     @property
     def paths(self) -> list[str]:
@@ -107,6 +111,7 @@ def analyse(files: tuple[FileChange, ...], old_inv: Mapping[str, FileBlocks],
     names: set[str] = set()
     local: dict[str, set[str]] = {}
     unresolved: dict[str, str] = {}
+    added_methods: dict[tuple[str, str], frozenset[str]] = {}
 
     for change in files:
         new_path = change.path if change.status != "removed" else None
@@ -150,6 +155,9 @@ def analyse(files: tuple[FileChange, ...], old_inv: Mapping[str, FileBlocks],
             changed_statements = _statement_changes(before, after)
             if kind == "class" and _class_change_is_broad(before, after, changed_statements):
                 names.add(short)  # whoever names the class may see different behaviour
+                added = _only_added_methods(before, after, changed_statements)
+                if added:
+                    added_methods[(new_path, qualname)] = added
             for statement in changed_statements:
                 if statement.kind == "other":
                     unresolved[new_path] = (
@@ -165,7 +173,7 @@ def analyse(files: tuple[FileChange, ...], old_inv: Mapping[str, FileBlocks],
     return ChangeSet(files=files, blocks=blocks, unparseable=unparseable,
                      names=frozenset(names),
                      local_names={p: frozenset(n) for p, n in local.items()},
-                     unresolved=unresolved)
+                     unresolved=unresolved, added_methods=added_methods)
 
 
 def _class_change_is_broad(before: Block | None, after: Block | None, changed) -> bool:
@@ -182,6 +190,23 @@ def _class_change_is_broad(before: Block | None, after: Block | None, changed) -
         if after.inherits or (name.startswith("__") and name.endswith("__")):
             return True
     return False
+
+
+def _only_added_methods(before: Block | None, after: Block | None, changed
+                        ) -> frozenset[str] | None:
+    """The names, when a class with bases changed only by gaining plain methods."""
+    if before is None or after is None or before.header != after.header or not after.inherits:
+        return None
+    old_defs = {d for s in before.statements for d in s.defines}
+    added = set()
+    for statement in changed:
+        if statement.kind != "def" or statement not in after.statements:
+            return None  # removed or re-signed, or not a method
+        name = statement.defines[0]
+        if name in old_defs or name.startswith("__"):
+            return None
+        added.add(name)
+    return frozenset(added) or None
 
 
 def _propagate(names: set[str], local: dict[str, set[str]], unresolved: dict[str, str],

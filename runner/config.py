@@ -31,6 +31,11 @@ class Settings:
     """Dimensions whose failures block the verdict; the others run in the background."""
     failure_half_life: float = 10.0
     """Runs after which a past failure weighs half as much in a test's risk."""
+    prune: str = "exact"
+    """Equivalent-context pruning: "exact" (bit-identical replays), "tolerance" (within the
+    per-dtype tolerances of `fastci.kernels.compare`) or "off"."""
+    capture_budget_mb: float = 64.0
+    """Bytes of captured module calls kept per test while recording (past it: not replayable)."""
 
     def dimension_of(self, markers: tuple[str, ...] | list[str]) -> str:
         for marker in markers:
@@ -43,6 +48,8 @@ class Settings:
 
 
 _TUPLES = {"dimensions", "blocking"}
+_NUMBERS = {"failure_half_life", "capture_budget_mb"}
+PRUNE_MODES = ("exact", "tolerance", "off")
 
 
 def load(root: Path, environ: dict[str, str] | None = None) -> Settings:
@@ -72,11 +79,16 @@ def load(root: Path, environ: dict[str, str] | None = None) -> Settings:
             if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"[tool.fastci] {name} must be a list of names")
             value = tuple(value)
-        elif name == "failure_half_life":
+        elif name in _NUMBERS:
             try:
                 value = float(value)
             except (TypeError, ValueError):
                 raise ConfigError(f"[tool.fastci] {name} must be a number") from None
+            if not value >= 0:
+                raise ConfigError(f"[tool.fastci] {name} must not be negative")
+        elif name == "prune" and value not in PRUNE_MODES:
+            raise ConfigError(f"[tool.fastci] prune must be one of {', '.join(PRUNE_MODES)}, "
+                              f"not {value!r}")
         elif not isinstance(value, str):
             raise ConfigError(f"[tool.fastci] {name} must be a string")
         out[name] = value

@@ -39,6 +39,7 @@ class Planned:
     inputs: SelectionInput
     renames: dict[str, str]
     seconds: float
+    pruning: object = None  # prune.PruneOutcome when pruning ran
 
 
 class Engine:
@@ -94,7 +95,8 @@ class Engine:
 
     # -- planning ------------------------------------------------------------------------------
     def plan(self, base: str | None = None, head: str = WORKTREE,
-             store: EvidenceStore | None = None) -> Planned:
+             store: EvidenceStore | None = None, prune: bool = False) -> Planned:
+        """Select; with `prune`, then replay captured module calls to prune equivalents."""
         started = time.perf_counter()
         own_store = store is None
         store = store or self.open_store()
@@ -134,11 +136,37 @@ class Engine:
                 untracked_shas=untracked, settings=self.settings, history=history,
                 no_evidence_reason=why)
             selection = select(inputs)
+            pruning = None
+            if prune and snapshot is not None and self.settings.prune != "off" and \
+                    any(d.prunable or d.prune_conditions for d in selection.selected):
+                pruning = self._prune(store, selection, snapshot, head, head_tree)
+                selection = pruning.selection
             return Planned(selection, snapshot, inputs, renames,
-                           time.perf_counter() - started)
+                           time.perf_counter() - started, pruning)
         finally:
             if own_store:
                 store.close()
+
+    def _prune(self, store, selection, snapshot, head, head_tree):
+        from . import prune  # noqa: PLC0415 (only a plan that may prune pays for it)
+
+        paths = {p for d in selection.selected for p, _ in d.prunable}
+        old_inv = self._old_inventories(store, snapshot, paths)
+        outcome = prune.prune(self.repo, store, selection, snapshot, head, head_tree, old_inv,
+                              mode=self.settings.prune, progress=self.progress)
+        if outcome.pruned:
+            saved = sum(e["test_seconds"] for e in outcome.pruned.values())
+            note = (f"pruned {len(outcome.pruned)} of {len(outcome.pruned) + len(outcome.kept)} "
+                    f"candidate tests by replaying their module calls: {saved:.2f} s of tests "
+                    f"for {outcome.replay_seconds:.2f} s of replay "
+                    f"({outcome.seconds:.1f} s with process start-up)")
+        else:
+            note = (f"pruning kept all {len(outcome.kept)} candidate tests"
+                    if outcome.kept else None)
+        if note:
+            outcome = replace(outcome, selection=replace(
+                outcome.selection, notes=(*outcome.selection.notes, note)))
+        return outcome
 
     def _renames(self, snapshot: Snapshot, head: str) -> dict[str, str]:
         try:
@@ -178,7 +206,8 @@ class Engine:
 
     # -- running -------------------------------------------------------------------------------
     def run(self, base: str | None, pytest_args: list[str], *, run_all: bool = False,
-            stream=None, on_verdict=None, background: bool = True) -> RunReport:
+            stream=None, on_verdict=None, background: bool = True,
+            prune: bool = True) -> RunReport:
         """Select against the working tree, run the selection in risk order, store evidence.
 
         Blocking dimensions run first and their verdict is handed to `on_verdict` before any
@@ -186,7 +215,7 @@ class Engine:
         """
         started = time.time()
         with self.open_store() as store:
-            planned = self.plan(base, WORKTREE, store=store)
+            planned = self.plan(base, WORKTREE, store=store, prune=prune)
             selection = planned.selection
             snapshot = planned.snapshot
             order = [d.test_id for d in (selection.decisions if run_all else selection.selected)]
@@ -220,8 +249,10 @@ class Engine:
             if snapshot is not None:
                 snapshot = store.load_snapshot(snapshot.commit, snapshot.env_key,
                                                with_lines=True)
+                extra = planned.pruning.head_lines if planned.pruning else {}
                 store_run(store, self.repo, snapshot, recording, collected, planned.renames,
-                          planned.inputs.changes.paths)
+                          planned.inputs.changes.paths, replayed_lines=extra,
+                          head_inventories=planned.inputs.head_inventories)
             else:
                 from .carry import store_recording  # noqa: PLC0415
                 store_recording(store, self.repo, recording)

@@ -37,6 +37,8 @@ class TestRecord:
     cuda: bool = False
     carried_from: str | None = None  # commit whose run produced this evidence
     lines: Mapping[str, tuple[int, ...]] | None = None  # loaded on demand (coverage)
+    modules: Mapping | None = None
+    """Captured module calls and which lines ran inside them (`capture.py`), or None."""
 
     @property
     def failed(self) -> bool:
@@ -47,15 +49,18 @@ class TestRecord:
 
     def payload(self) -> bytes:
         """The part selection reads, compressed for the store."""
-        return _pack({"b": self.blocks, "f": self.files, "d": list(self.dirs),
-                      "k": self.kernels, "s": list(self.spawns)})
+        body = {"b": self.blocks, "f": self.files, "d": list(self.dirs),
+                "k": self.kernels, "s": list(self.spawns)}
+        if self.modules is not None:
+            body["m"] = self.modules
+        return _pack(body)
 
     @classmethod
     def from_payload(cls, data: bytes, **fields) -> "TestRecord":
         body = _unpack(data)
         return cls(blocks={p: tuple(q) for p, q in body["b"].items()}, files=body["f"],
                    dirs=tuple(body["d"]), kernels=body["k"], spawns=tuple(body["s"]),
-                   **fields)
+                   modules=body.get("m"), **fields)
 
 
 @dataclass(frozen=True)

@@ -106,17 +106,24 @@ class Repo:
         if rev == WORKTREE or not paths:
             return {p: (self.root / p).read_bytes() for p in paths
                     if (self.root / p).is_file()}
-        request = "".join(f"{rev}:{p}\n" for p in paths).encode()
-        out = _run(self.root, ["cat-file", "--batch"], request)
+        found = self._batch([f"{rev}:{p}" for p in paths])
+        return {p: found[f"{rev}:{p}"] for p in paths if f"{rev}:{p}" in found}
+
+    def read_blobs(self, shas: list[str]) -> dict[str, bytes]:
+        """Blob contents by sha; a blob git never stored (a dirty file's) is left out."""
+        return self._batch(list(dict.fromkeys(shas))) if shas else {}
+
+    def _batch(self, requests: list[str]) -> dict[str, bytes]:
+        out = _run(self.root, ["cat-file", "--batch"], "".join(f"{r}\n" for r in requests).encode())
         contents, pos = {}, 0
-        for path in paths:
+        for request in requests:
             newline = out.index(b"\n", pos)
             header = out[pos:newline].split()
             pos = newline + 1
             if len(header) < 3 or header[1] == b"missing":
                 continue
             size = int(header[2])
-            contents[path] = out[pos:pos + size]
+            contents[request] = out[pos:pos + size]
             pos += size + 1
         return contents
 

@@ -94,6 +94,9 @@ class _Session:
         # collected: importing it ourselves would cost every session half a second.
         if self.recorder is not None and "triton" in sys.modules:
             self.recorder.install_kernel_hook()
+        # Likewise torch: module calls are captured for pruning only in suites that use it.
+        if self.recorder is not None and "torch" in sys.modules and self.settings.prune != "off":
+            self.recorder.install_module_capture(int(self.settings.capture_budget_mb * 2**20))
 
     def test_id(self, nodeid: str) -> str:
         return self._prefix + nodeid if self._prefix else nodeid

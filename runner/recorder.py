@@ -28,6 +28,7 @@ from pathlib import Path
 
 from . import inventory, tracing
 from .blocks import MODULE
+from .capture import CAPTURED, INSIDE, ModuleCapture
 from .environment import Environment, current, is_manifest, lock_hash
 from .evidence import SESSION, Snapshot, TestRecord
 from .gitrepo import WORKTREE, Repo
@@ -89,7 +90,9 @@ class Recorder:
         self.first_failure_at: float | None = None
         self._stack: list[str] = []
         self._cov = None
-        self._kernel_hook = tracing.KernelHook(self._on_launch, self._untraced)
+        self._kernel_hook = tracing.KernelHook(self._on_launch, self.untraced)
+        self._derived: dict[str, set[str]] = defaultdict(set)
+        self.capture: ModuleCapture | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -104,7 +107,7 @@ class Recorder:
         tracing.start(self._on_file)
 
     @contextmanager
-    def _untraced(self):
+    def untraced(self):
         collector = getattr(self._cov, "_collector", None)
         if collector is None:
             yield
@@ -117,6 +120,18 @@ class Recorder:
 
     def install_kernel_hook(self) -> None:
         self._kernel_hook.install()
+
+    def install_module_capture(self, budget: int) -> None:
+        """Capture module calls for pruning (only once the code under test imported torch)."""
+        if self.capture is None:
+            self.capture = ModuleCapture(self, budget)
+            self.capture.install()
+
+    def switch_derived(self, test: str, context: str) -> None:
+        """Switch to `context`, one of the running test's own (`<test>|...`, or the test's)."""
+        if context != test:
+            self._derived[test].add(context)
+        self.switch(context)
 
     def switch(self, context: str) -> None:
         self.context = context
@@ -153,9 +168,13 @@ class Recorder:
         self._rss_before = _max_rss()
         _cuda_begin()
         self.push(nodeid)
+        if self.capture is not None:
+            self.capture.begin_test(nodeid)
 
     def end_test(self, nodeid: str, outcome: str, duration: float, markers: tuple[str, ...],
                  dimension: str) -> None:
+        if self.capture is not None:
+            self.capture.end_test()
         self.pop()
         test = self.tests[nodeid]
         test.outcome, test.duration = outcome, duration
@@ -171,6 +190,8 @@ class Recorder:
     def finish(self, store) -> Recording:
         tracing.stop()
         self._kernel_hook.uninstall()
+        if self.capture is not None:
+            self.capture.uninstall()
         data = None
         if self._cov is not None:
             self._cov.stop()
@@ -195,7 +216,7 @@ class Recorder:
             dirs: set[str] = set()
             kernels: set[tuple[str, str]] = set()
             spawns: set[str] = set()
-            for context in test.contexts:
+            for context in [*test.contexts, *sorted(self._derived.get(nodeid, ()))]:
                 spawns |= self.spawns.get(context, set())
                 for path, ls in lines_by_context.get(context, {}).items():
                     lines[path] |= ls
@@ -218,7 +239,8 @@ class Recorder:
                 kernels={k: kernel_hash[k] for k in (f"{p}::{q}" for p, q in kernels)},
                 markers=test.markers, dimension=test.dimension, spawns=tuple(sorted(spawns)),
                 peak_memory=test.peak_memory, cuda=test.cuda,
-                lines={p: tuple(sorted(ls)) for p, ls in lines.items()})
+                lines={p: tuple(sorted(ls)) for p, ls in lines.items()},
+                modules=self._module_evidence(nodeid, test, lines_by_context))
         import_time: dict[str, dict[str, list[str]]] = defaultdict(dict)
         session_files: dict[str, str] = {}
         for context, by_path in lines_by_context.items():
@@ -240,6 +262,8 @@ class Recorder:
         for context, opened in self.files.items():
             if context == SESSION_CONTEXT or context.startswith("collect:"):
                 session_files.update(shas.hash_all(opened))
+        if self.capture is not None:
+            store.save_captures(self.capture.blobs)
         manifests = {p: (Path(self.root) / p).read_bytes() for p in self.tree
                      if is_manifest(p) and (Path(self.root) / p).is_file()}
         return Recording(
@@ -247,6 +271,27 @@ class Recorder:
             import_time={p: {q: sorted(o) for q, o in qs.items()} for p, qs in import_time.items()},
             session_files=session_files, first_failure_at=self.first_failure_at,
             started_at=self.started_at, finished_at=time.time(), order=list(self.tests))
+
+
+    def _module_evidence(self, nodeid: str, test: _Test, lines_by_context) -> dict | None:
+        """Which lines ran inside which captured module call, and which outside any."""
+        if self.capture is None or nodeid not in self.capture.captures:
+            return None
+
+        def lines_of(contexts) -> dict[str, list[int]]:
+            merged: dict[str, set[int]] = defaultdict(set)
+            for context in contexts:
+                for path, ls in lines_by_context.get(context, {}).items():
+                    merged[path] |= ls
+            return {p: sorted(ls) for p, ls in merged.items()}
+
+        captures = []
+        for capture in self.capture.captures[nodeid]:
+            entry = capture.to_json()
+            entry["lines"] = lines_of([f"{nodeid}{CAPTURED}{capture.index}"])
+            captures.append(entry)
+        return {"captures": captures, "outside": lines_of(test.contexts),
+                "inside": lines_of([nodeid + INSIDE]), "sys_path": self.capture.sys_path}
 
 
 class _FileHasher:

@@ -13,8 +13,12 @@ JSON of `fastci select --format json` (schema "fastci.selection/1"):
      "changed_files": ["path", ...],
      "tests": [{"id": "<pytest node id or prefix>", "decision": "selected" | "skipped",
                 "risk": 0.0-1.0, "rank": 1.. | null, "reasons": ["..."],
-                "expected_seconds": 0.12, "dimension": "correctness", "new": false}, ...],
-     "summary": {"total": N, "selected": N, "skipped": N,
+                "expected_seconds": 0.12, "dimension": "correctness", "new": false,
+                "pruned": {...}   # only when equivalent-context pruning skipped it:
+                                  # mode, replayed module calls with fingerprints before
+                                  # and after, replay_seconds, test_seconds
+               }, ...],
+     "summary": {"total": N, "selected": N, "skipped": N, "pruned": N,
                  "expected_seconds_selected": S, "expected_seconds_total": S,
                  "expected_seconds_saved": S}}
 
@@ -38,12 +42,22 @@ class Decision:
     rank: int | None = None
     dimension: str = "correctness"
     new: bool = False
+    prunable: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
+    """The blocks it was selected for, when those are its only reasons (else empty)."""
+    prune_conditions: tuple[tuple[str, str, tuple[str, ...]], ...] = field(
+        default=(), compare=False, repr=False)
+    """Classes it reads that only gained methods: (path, class, methods) to check."""
+    pruned: dict | None = None
+    """Skipped by equivalent-context pruning: the replays that justify it (`prune.py`)."""
 
     def to_json(self) -> dict:
-        return {"id": self.test_id, "decision": "selected" if self.selected else "skipped",
-                "risk": round(self.risk, 4), "rank": self.rank, "reasons": list(self.reasons),
-                "expected_seconds": round(self.expected_seconds, 4),
-                "dimension": self.dimension, "new": self.new}
+        out = {"id": self.test_id, "decision": "selected" if self.selected else "skipped",
+               "risk": round(self.risk, 4), "rank": self.rank, "reasons": list(self.reasons),
+               "expected_seconds": round(self.expected_seconds, 4),
+               "dimension": self.dimension, "new": self.new}
+        if self.pruned is not None:
+            out["pruned"] = self.pruned
+        return out
 
 
 @dataclass(frozen=True)
@@ -77,7 +91,9 @@ class Selection:
         total = sum(d.expected_seconds for d in self.decisions)
         chosen = sum(d.expected_seconds for d in self.decisions if d.selected)
         return {"total": len(self.decisions), "selected": len(self.selected),
-                "skipped": len(self.skipped), "expected_seconds_selected": round(chosen, 3),
+                "skipped": len(self.skipped),
+                "pruned": sum(1 for d in self.decisions if d.pruned is not None),
+                "expected_seconds_selected": round(chosen, 3),
                 "expected_seconds_total": round(total, 3),
                 "expected_seconds_saved": round(total - chosen, 3)}
 

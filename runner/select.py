@@ -21,6 +21,10 @@ from .inventory import ImportGraph
 from .report import Decision, Selection
 
 MAX_EXAMPLES = 3
+# Method names frameworks look up by name on modules (hasattr/getattr), so adding one can
+# change behaviour without overriding anything: such additions are never pruned.
+LOOKED_UP_BY_NAME = frozenset({"reset_parameters", "_reset_parameters", "extra_repr",
+                               "init_weights", "_init_weights", "fuse", "fuse_modules"})
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,7 @@ class _Rules:
         changes = inp.changes
         self.changed_blocks = changes.blocks
         self.name_hits = blocks_reading(changes, inp.head_inventories)
+        self.harmless_classes = self._harmless_class_additions()
         self.reached: dict[str, set[str]] = {}
         watch = set(changes.unresolved) | set(changes.unparseable)
         self.import_time_changes = []
@@ -143,7 +148,27 @@ class _Rules:
             if change.status in ("added", "removed", "renamed"):
                 self.added_or_removed[posixpath.dirname(path)].append(path)
 
-    def reasons(self, test: TestRecord) -> tuple[list[str], int]:
+    def _harmless_class_additions(self) -> dict[str, tuple[str, str, tuple[str, ...]]]:
+        """Class name -> (path, class, added methods) for classes that only gained methods
+        nobody else reads; whether one overrides an inherited attribute is checked when
+        pruning, under the new code."""
+        out = {}
+        for (path, qualname), added in self.inp.changes.added_methods.items():
+            if added & LOOKED_UP_BY_NAME:
+                continue
+            readers = [key for key, names in self.name_hits.items() if names & added]
+            if any(key not in self.changed_blocks for key in readers):
+                continue
+            short = qualname.rsplit(".", 1)[-1]
+            if short in out:  # two changed classes of one name: keep it simple, no pruning
+                out[short] = None
+                continue
+            out[short] = (path, qualname, tuple(sorted(added)))
+        return {k: v for k, v in out.items() if v is not None}
+
+    def reasons(self, test: TestRecord) -> tuple[list[str], int, tuple, tuple]:
+        """Why the test must run (empty: it need not), its share of the change, and the
+        blocks it was selected for when they are its only reasons (pruning candidates)."""
         inp, changes = self.inp, self.inp.changes
         out: list[str] = []
         tfile = test_file(test.test_id)
@@ -153,23 +178,31 @@ class _Rules:
         own = test_function(test.test_id)
         if own in self.changed_blocks:
             out.append(f"the test's own code changed ({own[0]}::{own[1]})")
-        hits, name_hits, unresolved = [], [], []
+        hits, name_hits, unresolved, keys, conditions = [], [], [], [], set()
         for path, qualnames in test.blocks.items():
             for qualname in qualnames:
                 key = (path, qualname)
                 if key in self.changed_blocks:
                     hits.append(f"{path}::{qualname} ({self.changed_blocks[key]})")
+                    keys.append(key)
                 elif key in self.name_hits:
+                    names = self.name_hits[key]
+                    if names <= self.harmless_classes.keys():
+                        conditions.update(self.harmless_classes[n] for n in names)
+                    else:
+                        keys.append(key)
                     names = ", ".join(sorted(self.name_hits[key]))
                     name_hits.append(f"{path}::{qualname} reads {names}")
             if path in changes.unresolved:
                 unresolved.append(path)
         units += len(hits) + len(name_hits)
+        others = len(out)
         if hits:
             out.append(_examples("executed changed code", hits))
         if name_hits:
             out.append(_examples("executed code that reads a changed module or class value",
                                  name_hits))
+        blocks_only = len(out) - others
         for path in sorted(changes.unresolved):
             why = changes.unresolved[path]
             if path in unresolved:
@@ -216,7 +249,9 @@ class _Rules:
             units += len(kernels)
             out.append(_examples("launched a Triton kernel whose source, or a jit function it "
                                  "calls, changed", kernels))
-        return out, units
+        if out and len(out) == blocks_only and not others:
+            return out, units, tuple(sorted(keys)), tuple(sorted(conditions))
+        return out, units, (), ()
 
     def skip_reason(self, test: TestRecord) -> str:
         nblocks = sum(len(q) for q in test.blocks.values())
@@ -240,7 +275,7 @@ def select(inp: SelectionInput) -> Selection:
     """Decide every test. The head's tests are those in evidence (unless their file is
     gone) plus the test functions found statically at the head that evidence lacks."""
     snap = inp.snapshot
-    facts: dict[str, tuple[bool, list[str], int, TestRecord | None]] = {}
+    facts: dict[str, tuple[bool, list[str], int, TestRecord | None, tuple, tuple]] = {}
     notes: list[str] = []
     known_functions: set[str] = set()
     all_reasons: list[str] = []
@@ -257,31 +292,31 @@ def select(inp: SelectionInput) -> Selection:
                 continue
             known_functions.add(function_id(test_id))
             if rules is None:
-                facts[test_id] = (True, list(all_reasons), 0, test)
+                facts[test_id] = (True, list(all_reasons), 0, test, (), ())
                 continue
-            reasons, units = rules.reasons(test)
+            reasons, units, prunable, conditions = rules.reasons(test)
             if reasons:
-                facts[test_id] = (True, reasons, units, test)
+                facts[test_id] = (True, reasons, units, test, prunable, conditions)
             else:
-                facts[test_id] = (False, [rules.skip_reason(test)], 0, test)
+                facts[test_id] = (False, [rules.skip_reason(test)], 0, test, (), ())
         if gone:
             notes.append(f"{_plural(gone, 'test')} in removed test files left out")
     for prefix in inp.static_tests:
         if prefix not in known_functions and prefix not in facts:
             reasons = ["new test: no evidence yet"] if snap is not None else list(all_reasons)
-            facts[prefix] = (True, reasons, 0, None)
+            facts[prefix] = (True, reasons, 0, None, (), ())
     return _rank(inp, facts, all_reasons, notes)
 
 
 def _rank(inp: SelectionInput, facts, all_reasons: list[str], notes: list[str]) -> Selection:
     history, settings = inp.history, inp.settings
-    known = [t.duration for _, _, _, t in facts.values() if t is not None]
+    known = [f[3].duration for f in facts.values() if f[3] is not None]
     known += list(history.durations.values())
     fallback = risk_model.typical_seconds(known)
     changed_units = max(len(inp.changes.blocks) + len(inp.changes.files), 1)
     changed_paths = set(inp.changes.paths)
     scored = {}
-    for test_id, (chosen, reasons, units, test) in facts.items():
+    for test_id, (chosen, reasons, units, test, _, _) in facts.items():
         seconds = risk_model.expected_seconds(
             test_id, history.durations, test.duration if test else None, fallback)
         cofail = {p: r for p, r in history.cofailure.get(test_id, {}).items()
@@ -294,13 +329,13 @@ def _rank(inp: SelectionInput, facts, all_reasons: list[str], notes: list[str]) 
     ranked = risk_model.order([(t, *scored[t]) for t, f in facts.items() if f[0]])
     rank = {test_id: i + 1 for i, test_id in enumerate(ranked)}
     decisions = []
-    for test_id, (chosen, reasons, units, test) in sorted(facts.items()):
+    for test_id, (chosen, reasons, units, test, prunable, conditions) in sorted(facts.items()):
         value, seconds = scored[test_id]
         decisions.append(Decision(
             test_id=test_id, selected=chosen, reasons=tuple(reasons), risk=value,
             expected_seconds=seconds, rank=rank.get(test_id),
             dimension=test.dimension if test else settings.default_dimension,
-            new=test is None))
+            new=test is None, prunable=prunable, prune_conditions=conditions))
     snap = inp.snapshot
     return Selection(base=snap.commit if snap else None, head=inp.head,
                      decisions=tuple(decisions),

@@ -26,7 +26,7 @@ from .blocks import Block, FileBlocks, Statement
 from .environment import Environment
 from .evidence import Snapshot, TestRecord, pack, pack_lines, unpack, unpack_lines
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: captured module calls (pruning)
 APPLICATION_ID = 0x46434931  # "FCI1": marks the file as ours for `file(1)` and for us
 
 SCHEMA = """
@@ -35,6 +35,8 @@ CREATE TABLE inventories (blob TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE trees (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE evidence (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE lines (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE captures (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE replays (key TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE snapshots (
     id INTEGER PRIMARY KEY,
     commit_sha TEXT NOT NULL,
@@ -188,6 +190,31 @@ class EvidenceStore:
                     f"SELECT blob, data FROM inventories WHERE blob IN ({marks})", chunk):
                 found[blob] = _inventory_from_json(unpack(data))
         return found
+
+    # -- captured module calls (content-addressed by sha256) -------------------------------
+    def save_captures(self, files: dict[str, Path]) -> None:
+        """Store spilled captures ({digest: file}), reading one file at a time."""
+        with _transaction(self._db):
+            for digest, path in files.items():
+                if self._db.execute("SELECT 1 FROM captures WHERE digest = ?",
+                                    (digest,)).fetchone() is None:
+                    self._db.execute("INSERT INTO captures VALUES (?, ?)",
+                                     (digest, Path(path).read_bytes()))
+
+    def load_capture(self, digest: str) -> bytes | None:
+        row = self._db.execute("SELECT data FROM captures WHERE digest = ?",
+                               (digest,)).fetchone()
+        return row[0] if row else None
+
+    def replay_result(self, key: str) -> dict | None:
+        """A cached replay of a capture under some code (key: capture + tree digest)."""
+        row = self._db.execute("SELECT data FROM replays WHERE key = ?", (key,)).fetchone()
+        return unpack(row[0]) if row else None
+
+    def save_replay_results(self, results: dict[str, dict]) -> None:
+        with _transaction(self._db):
+            self._db.executemany("INSERT OR REPLACE INTO replays VALUES (?, ?)",
+                                 [(k, pack(v)) for k, v in results.items()])
 
     # -- snapshots -------------------------------------------------------------------------
     def save_snapshot(self, snap: Snapshot) -> None:

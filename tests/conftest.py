@@ -25,6 +25,13 @@ class Project:
         self.git("config", "user.name", "FastCI tests")
         self.git("config", "commit.gpgsign", "false")
 
+    @classmethod
+    def at(cls, root: Path) -> "Project":
+        """An existing repository (a copy of another project's)."""
+        project = cls.__new__(cls)
+        project.root = root
+        return project
+
     def git(self, *args: str) -> str:
         return subprocess.run(["git", *args], cwd=self.root, check=True, text=True,
                               capture_output=True).stdout.strip()

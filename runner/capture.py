@@ -1,0 +1,214 @@
+"""Capturing module calls while a test runs, so a later change can be replayed in context.
+
+`torch.nn.Module.__call__` is wrapped for the session. For each call of a module whose class
+lives in the repository, the first call per (instance, call signature) in a test is kept:
+the module as torch.save keeps it, the arguments, the RNG and torch's global settings, and
+the fingerprints of what it returned. The call runs under its own coverage context
+(`<test>|cap:<n>`), so the evidence says which executed lines ran inside which captured call.
+Later calls with a signature already seen run under `<test>|in` when nothing encloses them,
+or stay in the enclosing captured call's context (replaying that call runs them too). A
+per-test byte budget bounds what is kept; a call past it, or one that cannot be pickled, is
+noted as not replayable, and the blocks it ran can then never be pruned.
+
+Only the output fingerprints are taken here (cheap). Gradients, state after the call and the
+RNG after it come from replaying the capture in a fresh process under the recorded code, at
+the first prune that needs it; that replay must reproduce these output fingerprints, which
+is what proves the capture is the call's whole context.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import sys
+import tempfile
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+
+INSIDE = "|in"
+CAPTURED = "|cap:"
+DEFAULT_BUDGET = 64 * 2**20
+
+
+@dataclass
+class Capture:
+    """One captured call (or one that could not be kept, with `why`)."""
+
+    index: int
+    module: str  # qualified class name
+    digest: str | None = None  # sha256 of the saved call; None: not replayable
+    size: int = 0
+    why: str | None = None
+    out: dict = field(default_factory=dict)  # output fingerprints at record time
+
+    def to_json(self) -> dict:
+        return {"index": self.index, "module": self.module, "digest": self.digest,
+                "size": self.size, "why": self.why, "out": self.out}
+
+
+class ModuleCapture:
+    """The session-wide `Module.__call__` wrapper; the recorder owns one."""
+
+    def __init__(self, recorder, budget: int = DEFAULT_BUDGET) -> None:
+        self.recorder = recorder
+        self.root = os.path.realpath(recorder.root)
+        self.budget = budget
+        self.spill = Path(tempfile.mkdtemp(prefix="fastci-captures-"))
+        self._original = None
+        self._repo_class: dict[type, bool] = {}
+        self._test: str | None = None
+        self._seen: dict[tuple, weakref.ref] = {}
+        self._used = 0
+        self.captures: dict[str, list[Capture]] = {}
+        self.blobs: dict[str, Path] = {}  # digest -> spilled file
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def install(self) -> None:
+        import torch  # noqa: PLC0415 (installed only once the code under test imported it)
+
+        if self._original is not None:
+            return
+        self._original = original = torch.nn.Module.__call__
+        capture = self
+
+        def __call__(module, *args, **kwargs):
+            if capture._test is None or not capture._is_repo(type(module)):
+                return original(module, *args, **kwargs)
+            return capture._call(original, module, args, kwargs)
+
+        torch.nn.Module.__call__ = __call__
+
+    def uninstall(self) -> None:
+        if self._original is not None:
+            import torch  # noqa: PLC0415
+
+            torch.nn.Module.__call__ = self._original
+            self._original = None
+
+    @property
+    def sys_path(self) -> list[str]:
+        return repo_paths(self.root)
+
+    def begin_test(self, nodeid: str) -> None:
+        self._test, self._seen, self._used = nodeid, {}, 0
+        self.captures[nodeid] = []
+
+    def end_test(self) -> None:
+        self._test = None
+        self._seen = {}
+
+    # -- the wrapper -------------------------------------------------------------------------
+    def _is_repo(self, cls: type) -> bool:
+        known = self._repo_class.get(cls)
+        if known is None:
+            module = sys.modules.get(cls.__module__)
+            path = getattr(module, "__file__", None)
+            real = os.path.realpath(path) if path else ""
+            known = real.startswith(self.root + os.sep) and "site-packages" not in real
+            self._repo_class[cls] = known
+        return known
+
+    def _call(self, original, module, args, kwargs):
+        recorder, test = self.recorder, self._test
+        enclosing = recorder.context
+        if not (enclosing == test or enclosing.startswith(test + "|")):
+            return original(module, *args, **kwargs)  # a fixture's call: not this test's
+        key = (id(module), _signature(module, args, kwargs))
+        ref = self._seen.get(key)
+        if ref is not None and ref() is module:
+            if enclosing != test:
+                return original(module, *args, **kwargs)
+            recorder.switch_derived(test, test + INSIDE)
+            try:
+                return original(module, *args, **kwargs)
+            finally:
+                recorder.switch_derived(test, enclosing)
+        self._seen[key] = weakref.ref(module)
+        captures = self.captures[test]
+        capture = Capture(index=len(captures), module=_qualname(type(module)))
+        captures.append(capture)
+        with recorder.untraced():
+            self._save(capture, module, args, kwargs)
+        recorder.switch_derived(test, f"{test}{CAPTURED}{capture.index}")
+        try:
+            out = original(module, *args, **kwargs)
+        finally:
+            recorder.switch_derived(test, enclosing)
+        if capture.digest is not None:
+            with recorder.untraced():
+                try:
+                    from .tensors import fingerprints  # noqa: PLC0415
+
+                    capture.out = fingerprints(out, "out")
+                except Exception as exc:  # noqa: BLE001 - any failure: not replayable
+                    capture.digest, capture.why = None, f"output not fingerprintable: {exc}"
+        return out
+
+    def _save(self, capture: Capture, module, args, kwargs) -> None:
+        import torch  # noqa: PLC0415
+
+        from .tensors import detached  # noqa: PLC0415
+
+        buffer = io.BytesIO()
+        try:
+            torch.save({
+                "module": module, "args": detached(args), "kwargs": detached(kwargs),
+                "rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized()
+                else None,
+                "settings": {"grad": torch.is_grad_enabled(),
+                             "threads": torch.get_num_threads(),
+                             "default_dtype": str(torch.get_default_dtype()),
+                             "deterministic": torch.are_deterministic_algorithms_enabled()},
+            }, buffer)
+        except Exception as exc:  # noqa: BLE001 - an unpicklable module is simply not kept
+            capture.why = f"cannot be saved: {type(exc).__name__}: {str(exc)[:200]}"
+            return
+        data = buffer.getvalue()
+        if self._used + len(data) > self.budget:
+            capture.why = (f"over the capture budget ({len(data)} bytes; "
+                           f"{self.budget // 2**20} MB per test)")
+            return
+        self._used += len(data)
+        digest = hashlib.sha256(data).hexdigest()
+        if digest not in self.blobs:
+            path = self.spill / digest
+            path.write_bytes(data)
+            self.blobs[digest] = path
+        capture.digest, capture.size = digest, len(data)
+
+
+def _qualname(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _signature(module, args, kwargs) -> tuple:
+    """What makes two calls of one module different contexts: mode, and argument shapes."""
+    import torch  # noqa: PLC0415
+
+    from .tensors import walk  # noqa: PLC0415
+
+    parts: list = [module.training, torch.is_grad_enabled()]
+    for path, leaf in walk((args, kwargs)):
+        if isinstance(leaf, torch.Tensor):
+            parts.append((path, str(leaf.dtype), tuple(leaf.shape), leaf.device.type,
+                          leaf.requires_grad))
+        elif isinstance(leaf, (int, float, bool, str, type(None))):
+            parts.append((path, leaf))
+        else:
+            parts.append((path, type(leaf).__qualname__))
+    return tuple(parts)
+
+
+def repo_paths(root: str) -> list[str]:
+    """The import roots inside the repository (relative), for the replay's sys.path."""
+    out = []
+    for entry in sys.path:
+        real = os.path.realpath(entry or os.getcwd())
+        if real == root or real.startswith(root + os.sep):
+            rel = os.path.relpath(real, root)
+            if rel not in out:
+                out.append(rel)
+    return out

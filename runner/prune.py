@@ -1,0 +1,392 @@
+"""Equivalent-context pruning: drop a selected test when replaying, under the new code, the
+module calls in which its changed code ran gives the same numbers as under the old code.
+
+A selected test is a candidate only when every reason it was selected for is a changed block
+it executed (or a block it executed that reads a changed value), and each such block ran only
+inside captured module calls (`capture.py`): never outside a module call, and not on lines
+that only uncaptured calls reached. The captures it needs are replayed twice, each in a
+fresh process (`replay.py`): under the evidence's own tree, where the outputs must reproduce
+the fingerprints recorded in the test (this proves the capture holds the call's whole
+context), and under the new tree. The test is pruned only when every fingerprint (outputs,
+state after the call, in-place changes to arguments, RNG, parameter and input gradients under
+a fixed upstream gradient) is bit-identical, or within the per-dtype tolerance when
+`prune = "tolerance"`. Anything else (a failed load, an exception, a missing blob, a timeout)
+keeps the test selected, with the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Mapping
+
+from .gitrepo import WORKTREE, Repo
+from .report import Selection
+
+MAX_MATERIALIZE = 256 * 2**20  # bytes of an old tree written out for its replay
+REPLAY_TIMEOUT = 600
+
+
+@dataclass(frozen=True)
+class Candidate:
+    test_id: str
+    captures: tuple[str, ...]  # digests to replay
+    modules: Mapping[str, str]  # digest -> module class
+    recorded: Mapping[str, dict]  # digest -> output fingerprints recorded in the test
+    classes: tuple[tuple[str, str, tuple[str, ...]], ...] = ()  # must override nothing
+
+
+@dataclass(frozen=True)
+class PruneOutcome:
+    """What pruning did: the new selection, per-test evidence and what it cost."""
+
+    selection: Selection
+    pruned: Mapping[str, dict] = field(default_factory=dict)  # test id -> evidence
+    kept: Mapping[str, str] = field(default_factory=dict)  # candidate -> why it stays
+    head_lines: Mapping[str, Mapping[str, tuple[int, ...]]] = field(default_factory=dict)
+    seconds: float = 0.0
+    replay_seconds: float = 0.0
+
+
+def candidates(selection: Selection, snapshot, old_inventories
+               ) -> tuple[list[Candidate], dict[str, str]]:
+    """Which selected tests might be pruned, and why each other one with captures cannot."""
+    out, kept = [], {}
+    for decision in selection.selected:
+        if not (decision.prunable or decision.prune_conditions) or decision.new:
+            continue
+        test = snapshot.tests.get(decision.test_id)
+        if test is None or test.carried_from:
+            continue
+        needed: set[str] = set()
+        if decision.prunable:
+            if not test.modules:
+                continue
+            why, needed = _needed_captures(decision.prunable, test.modules, old_inventories)
+            if why:
+                kept[decision.test_id] = why
+                continue
+        caps = {c["digest"]: c for c in (test.modules or {}).get("captures", ())
+                if c["digest"] in needed}
+        out.append(Candidate(decision.test_id, tuple(sorted(needed)),
+                             {d: c["module"] for d, c in caps.items()},
+                             {d: c["out"] for d, c in caps.items()},
+                             tuple(decision.prune_conditions)))
+    return out, kept
+
+
+def _needed_captures(blocks, modules: dict, inventories) -> tuple[str | None, set[str]]:
+    needed: set[str] = set()
+    for path, qualname in blocks:
+        fb = inventories.get(path)
+        if fb is None:
+            return f"no block inventory for {path} at the evidence's commit", set()
+
+        def mine(lines) -> set[int]:
+            return {n for n in lines if fb.owner_of(n) == qualname}
+
+        if mine(modules["outside"].get(path, ())):
+            return f"{path}::{qualname} ran outside any module call", set()
+        reached: set[int] = set()
+        hit = False
+        for capture in modules["captures"]:
+            lines = mine(capture["lines"].get(path, ()))
+            if not lines:
+                continue
+            if capture["digest"] is None:
+                return (f"{path}::{qualname} ran in a {capture['module'].rsplit('.', 1)[-1]} "
+                        f"call that was not kept ({capture['why']})"), set()
+            needed.add(capture["digest"])
+            reached |= lines
+            hit = True
+        uncaptured = mine(modules["inside"].get(path, ())) - reached
+        if not hit:
+            return f"{path}::{qualname} ran in no captured module call", set()
+        if uncaptured:
+            return (f"{path}::{qualname} ran lines {_span(uncaptured)} only in module calls "
+                    "that were not captured"), set()
+    return None, needed
+
+
+def _span(lines: set[int]) -> str:
+    s = sorted(lines)
+    return f"{s[0]}" if len(s) == 1 else f"{s[0]}-{s[-1]}"
+
+
+def prune(repo: Repo, store, selection: Selection, snapshot, head: str, head_tree,
+          old_inventories, mode: str = "exact", progress=None) -> PruneOutcome:
+    started = time.perf_counter()
+    progress = progress or (lambda message: None)
+    found, kept = candidates(selection, snapshot, old_inventories)
+    if not found:
+        return PruneOutcome(selection, kept=kept, seconds=time.perf_counter() - started)
+    digests = sorted({d for c in found for d in c.captures})
+    classes = sorted({c for cand in found for c in cand.classes})
+    progress(f"pruning: replaying {len(digests)} captured module calls for "
+             f"{len(found)} candidate tests")
+    tolerance = mode == "tolerance"
+    with tempfile.TemporaryDirectory(prefix="fastci-replay-") as tmp:
+        replays = _Replays(repo, store, snapshot, head, head_tree, Path(tmp), mode)
+        replays.run(digests, classes, sorted({p for c in _all_captures(snapshot, found)
+                                              for p in c}))
+    pruned, head_lines = {}, {}
+    decisions = {d.test_id: d for d in selection.decisions}
+    for cand in found:
+        why, evidence = _judge(cand, replays, tolerance)
+        if why:
+            kept[cand.test_id] = why
+            continue
+        decision = decisions[cand.test_id]
+        evidence["test_seconds"] = round(decision.expected_seconds, 4)
+        pruned[cand.test_id] = evidence
+        lines: dict[str, set[int]] = defaultdict(set)
+        for digest in cand.captures:
+            for path, ls in replays.new[digest].get("lines", {}).items():
+                lines[path] |= set(ls)
+        head_lines[cand.test_id] = {p: tuple(sorted(ls)) for p, ls in lines.items()}
+    replay_seconds = sum(r.get("seconds", 0.0) for r in
+                         [*replays.old.values(), *replays.new.values()])
+    new_selection = _apply(selection, pruned, mode)
+    return PruneOutcome(new_selection, pruned, kept, head_lines,
+                        time.perf_counter() - started, replay_seconds)
+
+
+class _Replays:
+    """The two replays (the evidence's tree, the new tree), cached in the store by
+    (capture, tree, mode): a capture replayed once under some code is never replayed again."""
+
+    def __init__(self, repo, store, snapshot, head, head_tree, tmp: Path, mode: str) -> None:
+        self.repo, self.store, self.snapshot = repo, store, snapshot
+        self.head, self.head_tree, self.tmp, self.mode = head, head_tree, tmp, mode
+        self.old: dict[str, dict] = {}
+        self.new: dict[str, dict] = {}
+        self.overrides: dict[str, dict] = {}
+        self.missing: set[str] = set()
+
+    def run(self, digests: list[str], classes: list, sys_path: list[str]) -> None:
+        tolerance = self.mode == "tolerance"
+        old_key, new_key = _tree_key(self.snapshot.tree), _tree_key(self.head_tree)
+        blobs = {}
+        for digest in digests:
+            data = self.store.load_capture(digest)
+            if data is None:
+                self.missing.add(digest)
+                continue
+            blobs[digest] = self.tmp / "captures" / digest
+            blobs[digest].parent.mkdir(exist_ok=True)
+            blobs[digest].write_bytes(data)
+        if not tolerance:  # a tolerance replay compares tensors, which are not cached
+            self.old = _cached(self.store, blobs, old_key, self.mode)
+            self.new = _cached(self.store, blobs, new_key, self.mode)
+        todo_old = {d: p for d, p in blobs.items() if d not in self.old}
+        todo_new = {d: p for d, p in blobs.items() if d not in self.new}
+        tensors = self.tmp / "tensors"
+        tensors.mkdir()
+        old_root = self._root(self.snapshot.tree, "old", todo_old, self.old) \
+            if todo_old else None
+        new_root = self._root(self.head_tree, "new", todo_new, self.new,
+                              worktree=self.head == WORKTREE) if (todo_new or classes) else None
+        jobs = []
+        if old_root:
+            jobs.append(("old", _start(self.tmp, "old", old_root, todo_old, sys_path,
+                                       save=tensors if tolerance else None)))
+        if new_root and not tolerance:
+            jobs.append(("new", _start(self.tmp, "new", new_root, todo_new, sys_path,
+                                       trace=True, overrides=classes)))
+        for name, job in jobs:
+            self._collect(name, _finish(job))
+        if new_root and tolerance:  # after the old replay: it compares against its tensors
+            self._collect("new", _finish(_start(self.tmp, "new", new_root, todo_new, sys_path,
+                                                trace=True, compare=tensors,
+                                                overrides=classes)))
+        if not tolerance:
+            self.store.save_replay_results(
+                {f"{d}:{old_key}:{self.mode}": r for d, r in self.old.items()
+                 if d in todo_old and not r.get("error")} |
+                {f"{d}:{new_key}:{self.mode}": r for d, r in self.new.items()
+                 if d in todo_new and not r.get("error")})
+
+    def _root(self, tree, name: str, todo: dict, results: dict, worktree: bool = False):
+        if worktree:
+            return str(self.repo.root)
+        try:
+            return _materialize(self.repo, tree, self.tmp / name)
+        except _CannotReplay as exc:
+            results.update({d: {"error": str(exc)} for d in todo})
+            return None
+
+    def _collect(self, name: str, output: dict) -> None:
+        (self.old if name == "old" else self.new).update(output.get("captures", {}))
+        if name == "new":
+            self.overrides.update(output.get("overrides", {}))
+
+
+def _judge(cand: Candidate, replays: _Replays, tolerance: bool) -> tuple[str | None, dict]:
+    replayed, checked = [], []
+    for path, qualname, names in cand.classes:
+        found = replays.overrides.get(f"{path}::{qualname}")
+        if found is None or found["error"]:
+            why = found["error"] if found else "not checked"
+            return f"could not check the methods added to {qualname}: {why}", {}
+        if found["overriding"]:
+            return (f"{qualname} gained {', '.join(found['overriding'])}, overriding an "
+                    "inherited attribute"), {}
+        checked.append({"class": f"{path}::{qualname}", "added": list(names)})
+    for digest in cand.captures:
+        name = cand.modules[digest].rsplit(".", 1)[-1]
+        if digest in replays.missing:
+            return f"the saved {name} call is missing from the store", {}
+        before, after = replays.old.get(digest), replays.new.get(digest)
+        if before is None or after is None:
+            return f"{name} was not replayed", {}
+        for label, result in (("the evidence's code", before), ("the new code", after)):
+            if result.get("error"):
+                return f"replaying {name} under {label} failed: {result['error']}", {}
+        recorded = cand.recorded[digest]
+        drift = differences({k: v for k, v in before["fingerprints"].items() if k in recorded},
+                            recorded)
+        if drift:
+            return (f"replaying {name} under the evidence's own code did not reproduce what "
+                    f"the test computed ({', '.join(drift[:3])}): the call depends on more "
+                    "than its module and arguments"), {}
+        if tolerance:
+            close = after.get("close", {})
+            bad = [p for p, v in close.items() if v != "ok"] or ([] if close else ["*"])
+            if bad:
+                return (f"{name} under the new code differs beyond tolerance at "
+                        f"{', '.join(bad[:3])}"), {}
+        else:
+            diff = differences(before["fingerprints"], after["fingerprints"])
+            if diff:
+                return f"{name} under the new code differs at {', '.join(diff[:3])}", {}
+        replayed.append({
+            "module": cand.modules[digest], "capture": digest,
+            "fingerprints": len(after["fingerprints"]),
+            "before": _hashes(before["fingerprints"]), "after": _hashes(after["fingerprints"]),
+            "replay_seconds": round(before.get("seconds", 0.0) + after.get("seconds", 0.0), 4)})
+    return None, {"mode": "tolerance" if tolerance else "exact", "replayed": replayed,
+                  "classes": checked,
+                  "replay_seconds": round(sum(r["replay_seconds"] for r in replayed), 4)}
+
+
+def differences(before: Mapping[str, dict], after: Mapping[str, dict]) -> list[str]:
+    """Fingerprint paths that differ (or exist on one side only, or failed), in order."""
+    out = []
+    for path in sorted(set(before) | set(after)):
+        a, b = before.get(path), after.get(path)
+        if a is None or b is None or "error" in a or "error" in b or a != b:
+            out.append(path)
+    return out
+
+
+def _hashes(prints: dict) -> dict:
+    return {p: v.get("hash", v.get("repr", v.get("error"))) for p, v in sorted(prints.items())}
+
+
+def _apply(selection: Selection, pruned: Mapping[str, dict], mode: str) -> Selection:
+    if not pruned:
+        return selection
+    decisions = []
+    for d in selection.decisions:
+        evidence = pruned.get(d.test_id)
+        if evidence is None:
+            decisions.append(d)
+            continue
+        names = sorted({r["module"].rsplit(".", 1)[-1] for r in evidence["replayed"]})
+        n = len(evidence["replayed"])
+        same = "bit-identical" if mode == "exact" else "within tolerance"
+        reason = (f"pruned: {n} module call{'s' if n != 1 else ''} it made "
+                  f"({', '.join(names)}) replayed under the new code gave {same} outputs, "
+                  f"state and gradients (replay {evidence['replay_seconds']:.3f} s vs "
+                  f"{evidence['test_seconds']:.3f} s for the test)")
+        decisions.append(replace(d, selected=False, rank=None, reasons=(reason, *d.reasons),
+                                 pruned=evidence))
+    ranked = sorted((d for d in decisions if d.selected), key=lambda d: d.rank or 0)
+    rank = {d.test_id: i + 1 for i, d in enumerate(ranked)}
+    decisions = [replace(d, rank=rank.get(d.test_id)) if d.selected else d for d in decisions]
+    return replace(selection, decisions=tuple(decisions))
+
+
+# -- processes ------------------------------------------------------------------------------
+class _CannotReplay(Exception):
+    pass
+
+
+def _tree_key(tree: Mapping[str, str]) -> str:
+    return hashlib.sha256(json.dumps(sorted(tree.items())).encode()).hexdigest()[:24]
+
+
+def _cached(store, blobs: dict, key: str, mode: str) -> dict:
+    out = {}
+    for digest in blobs:
+        found = store.replay_result(f"{digest}:{key}:{mode}")
+        if found is not None:
+            out[digest] = found
+    return out
+
+
+def _all_captures(snapshot, found: list[Candidate]):
+    """The sys.path entries (inside the repository) the tests had, for the replays."""
+    return [tuple(snapshot.tests[c.test_id].modules.get("sys_path", ())) for c in found]
+
+
+def _materialize(repo: Repo, tree: Mapping[str, str], dest: Path) -> str:
+    """Write a tree's files out of git's object store, for a replay of its code."""
+    contents = repo.read_blobs(sorted(set(tree.values())))
+    lacking = [p for p, b in tree.items() if b not in contents]
+    py_lacking = [p for p in lacking if p.endswith(".py")]
+    if py_lacking:
+        raise _CannotReplay(f"git does not have the recorded contents of {py_lacking[0]} "
+                            "(evidence recorded on uncommitted changes)")
+    if sum(len(contents[b]) for b in set(tree.values()) if b in contents) > MAX_MATERIALIZE:
+        raise _CannotReplay("the evidence's tree is too large to write out for a replay")
+    for path, blob in tree.items():
+        if blob not in contents:
+            continue
+        target = dest / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(contents[blob])
+    return str(dest)
+
+
+def _start(tmp: Path, name: str, root: str, captures: dict, sys_path: list[str], *,
+           trace: bool = False, save: Path | None = None, compare: Path | None = None,
+           overrides=()):
+    request = {"root": root, "captures": {d: str(p) for d, p in captures.items()},
+               "overrides": [list(c) for c in overrides],
+               "sys_path": sys_path, "trace": trace, "out": str(tmp / f"{name}.json"),
+               "save_tensors": str(save) if save else None,
+               "compare_to": str(compare) if compare else None}
+    request_file = tmp / f"{name}-request.json"
+    request_file.write_text(json.dumps(request))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COV_CORE")}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    proc = subprocess.Popen([sys.executable, "-m", "fastci.runner.replay", str(request_file)],
+                            cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return proc, Path(request["out"]), captures
+
+
+def _finish(job) -> dict:
+    proc, out, captures = job
+    try:
+        output, _ = proc.communicate(timeout=REPLAY_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return {"captures": {d: {"error": f"the replay took over {REPLAY_TIMEOUT} s"}
+                             for d in captures}}
+    if proc.returncode != 0 or not out.exists():
+        tail = output.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        return {"captures": {d: {"error": f"the replay process exited with "
+                                          f"{proc.returncode}: {tail[0]}"} for d in captures}}
+    return json.loads(out.read_text())
+
+

@@ -1,0 +1,98 @@
+"""Fingerprints of whatever a module call takes or returns: nested tuples, lists, dicts and
+plain objects, with `fastci.kernels` fingerprints at the tensor leaves.
+
+A fingerprint tree is a flat dict `{path: leaf}` (`out[0]`, `out.logits`, `grad.weight`):
+a tensor leaf is its 64-bit hash (hex) with dtype, shape and the tolerance summaries; any
+other leaf is its type and a short repr. Two trees are equal exactly when every leaf is.
+Imported only by processes that already imported torch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator
+
+import torch
+
+from fastci.kernels.fingerprint import fingerprint
+
+MAX_DEPTH = 6
+MAX_REPR = 120
+_PRIMITIVES = (int, float, bool, str, bytes, type(None), torch.dtype, torch.device, torch.Size)
+
+
+def walk(value: Any, path: str = "", depth: int = 0) -> Iterator[tuple[str, Any]]:
+    """(path, leaf) for every leaf of a nested value, tensors included, in a fixed order."""
+    if isinstance(value, torch.Tensor) or isinstance(value, _PRIMITIVES) or depth >= MAX_DEPTH:
+        yield path, value
+    elif isinstance(value, (tuple, list)):
+        if not value:
+            yield path, value
+        for i, item in enumerate(value):
+            yield from walk(item, f"{path}[{i}]", depth + 1)
+    elif isinstance(value, dict):
+        if not value:
+            yield path, value
+        for key in sorted(value, key=repr):
+            yield from walk(value[key], f"{path}[{key!r}]", depth + 1)
+    elif isinstance(value, torch.nn.Module):
+        yield path, f"<module {type(value).__qualname__}>"  # its state is fingerprinted apart
+    elif hasattr(value, "__dict__") and not callable(value):
+        yield path, f"<{type(value).__qualname__}>"
+        for key in sorted(vars(value)):
+            yield from walk(vars(value)[key], f"{path}.{key}", depth + 1)
+    else:
+        yield path, f"<{type(value).__qualname__}>"
+
+
+def tensor_leaf(t: torch.Tensor) -> dict:
+    t = t.detach()
+    if t.is_sparse or t.is_quantized or t.device.type == "meta" or t.is_complex():
+        return {"error": f"cannot fingerprint a {t.layout} {t.dtype} tensor on {t.device}"}
+    backend = "torch" if t.device.type == "cpu" else "auto"
+    fp = fingerprint(t, backend=backend)
+    return {"hash": f"{fp.hash:016x}", "dtype": fp.dtype, "shape": list(fp.shape),
+            "sum": _finite(fp.sum), "sumsq": _finite(fp.sumsq), "absmax": _finite(fp.absmax),
+            "nans": fp.nans, "infs": fp.infs}
+
+
+def fingerprints(value: Any, prefix: str) -> dict[str, dict]:
+    out = {}
+    for path, leaf in walk(value, prefix):
+        if isinstance(leaf, torch.Tensor):
+            out[path] = tensor_leaf(leaf)
+        elif isinstance(leaf, float) and not math.isfinite(leaf):
+            out[path] = {"repr": repr(leaf)}
+        elif isinstance(leaf, (str, bytes)):
+            out[path] = {"repr": repr(leaf)[:MAX_REPR]}
+        else:
+            out[path] = {"repr": repr(leaf)[:MAX_REPR] if isinstance(leaf, _PRIMITIVES)
+                         or isinstance(leaf, (tuple, list, dict)) else str(leaf)[:MAX_REPR]}
+    return out
+
+
+def tensors(value: Any, prefix: str) -> dict[str, torch.Tensor]:
+    return {p: t for p, t in walk(value, prefix) if isinstance(t, torch.Tensor)}
+
+
+def detached(value: Any, depth: int = 0) -> Any:
+    """A copy of a call's arguments that torch.save accepts: tensors become leaves (a
+    non-leaf tensor that requires grad cannot be pickled), keeping requires_grad."""
+    if isinstance(value, torch.Tensor):
+        copy = value.detach().clone()
+        if value.requires_grad and (copy.is_floating_point() or copy.is_complex()):
+            copy.requires_grad_(True)
+        return copy
+    if depth >= MAX_DEPTH:
+        return value
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(detached(v, depth + 1) for v in value)
+    if isinstance(value, list):
+        return [detached(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        return {k: detached(v, depth + 1) for k, v in value.items()}
+    return value
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None

@@ -1,0 +1,265 @@
+"""Equivalent-context pruning, end to end: real torch modules recorded by a real pytest run,
+replayed in real subprocesses under the old and the new code.
+
+One small project is recorded once; each test works on its own copy of the repository.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from conftest import Project
+
+pytest.importorskip("torch")
+
+NET = {
+    "net/__init__.py": "",
+    "net/layers.py": '''
+        import torch
+        from torch import nn
+
+        SCALE = 2.0
+        MODE = {"factor": 1.0}
+
+
+        def double(x):
+            return x * SCALE
+
+
+        class Scale(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.weight = nn.Parameter(torch.linspace(0.5, 1.5, dim))
+
+            def forward(self, x):
+                y = x * self.weight
+                return y + 1.0
+
+
+        class Stack(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.a = Scale(dim)
+                self.b = Scale(dim)
+
+            def forward(self, x):
+                return self.b(torch.tanh(self.a(x)))
+
+
+        class Gate(nn.Module):
+            def forward(self, x):
+                if float(x.sum()) > 0:
+                    return x * 2.0
+                return x * 3.0
+
+
+        class Contextual(nn.Module):
+            def forward(self, x):
+                return x * MODE["factor"]
+    ''',
+    "tests/test_net.py": '''
+        import torch
+
+        from net.layers import MODE, Contextual, Gate, Scale, Stack, double
+
+
+        def test_scale():
+            torch.manual_seed(0)
+            m = Scale(4)
+            x = torch.randn(3, 4, requires_grad=True)
+            m(x).sum().backward()
+            assert torch.equal(m(torch.zeros(1, 4)), torch.ones(1, 4))
+
+
+        def test_stack_trains():
+            torch.manual_seed(0)
+            m = Stack(4)
+            opt = torch.optim.SGD(m.parameters(), lr=0.1)
+            for _ in range(3):
+                loss = m(torch.randn(8, 4)).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            assert loss.item() < 10
+
+
+        def test_gate_both_signs():
+            g = Gate()
+            assert torch.equal(g(torch.ones(2)), torch.full((2,), 2.0))
+            assert torch.equal(g(-torch.ones(2)), torch.full((2,), -3.0))
+
+
+        def test_contextual():
+            MODE["factor"] = 5.0
+            try:
+                assert Contextual()(torch.ones(2)).sum() == 10.0
+            finally:
+                MODE["factor"] = 1.0
+
+
+        def test_double_directly():
+            assert double(torch.ones(1)).item() == 2.0
+    ''',
+}
+SCALE = "tests/test_net.py::test_scale"
+STACK = "tests/test_net.py::test_stack_trains"
+GATE = "tests/test_net.py::test_gate_both_signs"
+CONTEXT = "tests/test_net.py::test_contextual"
+DOUBLE = "tests/test_net.py::test_double_directly"
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    project = Project(tmp_path_factory.mktemp("base") / "repo")
+    project.write(NET)
+    project.commit("net")
+    project.record()
+    return project.root
+
+
+@pytest.fixture
+def net(recorded, tmp_path) -> Project:
+    root = tmp_path / "repo"
+    shutil.copytree(recorded, root, symlinks=True)
+    return Project.at(root)
+
+
+def decisions(project: Project, *args: str) -> dict[str, dict]:
+    return {t["id"]: t for t in project.select(*args)["tests"]}
+
+
+def test_an_equivalent_change_is_pruned_with_its_evidence(net):
+    net.edit("net/layers.py", "y = x * self.weight", "y = self.weight * x")
+    tests = decisions(net)
+    for test_id in (SCALE, STACK):
+        assert tests[test_id]["decision"] == "skipped"
+        pruned = tests[test_id]["pruned"]
+        assert pruned["mode"] == "exact"
+        modules = {r["module"] for r in pruned["replayed"]}
+        assert modules == {"net.layers.Scale"}
+        for call in pruned["replayed"]:
+            assert call["before"] == call["after"]
+            assert any(p.startswith("grads") for p in call["before"])
+        assert tests[test_id]["reasons"][0].startswith("pruned: ")
+    # The training test made six Scale calls; two (one per instance) were replayed.
+    assert len(tests[STACK]["pruned"]["replayed"]) == 2
+    explained = net.fastci("explain", "-q", SCALE).stdout
+    assert "pruning evidence (exact)" in explained and "==" in explained
+    assert "!=" not in explained
+    # Without pruning, the same change selects both.
+    plain = decisions(net, "--no-prune")
+    assert plain[SCALE]["decision"] == plain[STACK]["decision"] == "selected"
+
+
+def test_a_change_that_alters_the_numbers_is_kept_and_fails(net):
+    net.edit("net/layers.py", "return y + 1.0", "return y + 1.5")
+    tests = decisions(net)
+    assert tests[SCALE]["decision"] == tests[STACK]["decision"] == "selected"
+    explained = net.fastci("explain", "-q", SCALE).stdout
+    assert "not pruned: Scale under the new code differs at out" in explained
+    assert net.fastci("run", "-q", check=False).returncode == 1
+
+
+def test_a_branch_only_uncaptured_calls_took_is_not_pruned(net):
+    # The first Gate call (positive input) was captured; the second, of the same shape,
+    # ran the other branch and was not: changing that branch must keep the test.
+    net.edit("net/layers.py", "return x * 3.0", "return x * 3.5")
+    tests = decisions(net)
+    assert tests[GATE]["decision"] == "selected"
+    explained = net.fastci("explain", "-q", GATE).stdout
+    assert "only in module calls that were not captured" in explained
+    assert net.fastci("run", "-q", check=False).returncode == 1
+
+
+def test_a_call_that_depends_on_global_state_is_not_pruned(net):
+    # The test set a module global the replay cannot see: replaying under the old code does
+    # not reproduce what the test computed, so the capture is not the call's whole context.
+    net.edit("net/layers.py", 'return x * MODE["factor"]', 'return MODE["factor"] * x')
+    tests = decisions(net)
+    assert tests[CONTEXT]["decision"] == "selected"
+    explained = net.fastci("explain", "-q", CONTEXT).stdout
+    assert "did not reproduce what the test computed" in explained
+
+
+def test_code_run_outside_any_module_call_is_not_pruned(net):
+    net.edit("net/layers.py", "return x * SCALE", "return SCALE * x")
+    tests = decisions(net)
+    assert tests[DOUBLE]["decision"] == "selected"
+    assert "ran outside any module call" in net.fastci("explain", "-q", DOUBLE).stdout
+
+
+def test_an_added_method_is_pruned_unless_it_overrides_an_inherited_one(net):
+    net.edit("net/layers.py", "    def forward(self, x):\n        y = x * self.weight",
+             "    def describe(self):\n        return 'scale'\n\n"
+             "    def forward(self, x):\n        y = x * self.weight")
+    tests = decisions(net)
+    assert tests[SCALE]["decision"] == "skipped"
+    assert tests[SCALE]["pruned"]["classes"][0]["added"] == ["describe"]
+    assert "only gained describe, overriding nothing" in \
+        net.fastci("explain", "-q", SCALE).stdout
+
+    net.edit("net/layers.py", "    def describe(self):\n        return 'scale'",
+             "    def train(self, mode=True):\n        return super().train(False)")
+    tests = decisions(net)
+    assert tests[SCALE]["decision"] == "selected"
+    assert "gained train, overriding an inherited attribute" in \
+        net.fastci("explain", "-q", SCALE).stdout
+
+
+def test_a_pruned_test_keeps_evidence_of_the_code_its_replay_ran(net):
+    # A refactor moves the arithmetic into a new helper: pruned. After the run, the head's
+    # evidence for the test must include the helper, so that changing it selects the test.
+    net.edit("net/layers.py", "        y = x * self.weight\n        return y + 1.0",
+             "        return self._affine(x)\n\n"
+             "    def _affine(self, x):\n        y = x * self.weight\n        return y + 1.0")
+    run = net.fastci("run", "-q", "--json", "report.json")
+    assert "pruned" in run.stdout or "pruned" in run.stderr
+    import json
+    report = json.loads((net.root / "report.json").read_text())
+    ran = {r["test_id"] for r in report["results"]}
+    assert SCALE not in ran and STACK not in ran
+    net.commit("refactor")
+    net.edit("net/layers.py", "        return y + 1.0", "        return y + 0.5")
+    tests = decisions(net)
+    assert tests[SCALE]["decision"] == "selected"
+    assert "Scale._affine" in " ".join(tests[SCALE]["reasons"])
+
+
+def test_tolerance_mode_prunes_a_rounding_difference_that_exact_mode_keeps(net):
+    net.edit("net/layers.py", "y = x * self.weight", "y = x * (self.weight * 3.0) / 3.0")
+    exact = decisions(net)
+    assert exact[SCALE]["decision"] == "selected"
+    tolerant = {t["id"]: t for t in Project.select(
+        _with_env(net, FASTCI_PRUNE="tolerance"))["tests"]}
+    assert tolerant[SCALE]["decision"] == "skipped"
+    assert tolerant[SCALE]["pruned"]["mode"] == "tolerance"
+
+
+def test_calls_past_the_budget_are_not_replayable(net):
+    net.fastci("record", "-q", "--", "-q", "-p", "no:cacheprovider",
+               env={"FASTCI_CAPTURE_BUDGET_MB": "0.0001"})
+    net.edit("net/layers.py", "y = x * self.weight", "y = self.weight * x")
+    tests = decisions(net)
+    assert tests[SCALE]["decision"] == "selected"
+    assert "over the capture budget" in net.fastci("explain", "-q", SCALE).stdout
+
+
+def test_pruning_off_records_no_captures_and_prunes_nothing(net):
+    net.fastci("record", "-q", "--", "-q", "-p", "no:cacheprovider",
+               env={"FASTCI_PRUNE": "off"})
+    net.edit("net/layers.py", "y = x * self.weight", "y = self.weight * x")
+    tests = decisions(net)
+    assert tests[SCALE]["decision"] == "selected"
+    assert "not pruned" not in net.fastci("explain", "-q", SCALE).stdout
+
+
+class _with_env(Project):
+    """The same repository, its fastci calls made with extra environment variables."""
+
+    def __init__(self, project: Project, **env: str) -> None:
+        self.root, self._env = project.root, env
+
+    def fastci(self, *args, check=True, env=None):
+        return super().fastci(*args, check=check, env={**self._env, **(env or {})})
