@@ -9,6 +9,9 @@ evidence once on the pristine subject, then runs the selection on each mutant an
   reduction   1 - expected test-seconds of the selection / of the full suite
   APFDc       of FastCI's order, and of file order over the same selected tests
   latency     of the selection (in-process `Engine.plan`)
+  pruning     the same selection after equivalent-context pruning: tests pruned, test-seconds
+              saved over trace-diff alone, the replays' cost against the tests they replace,
+              and soundness (a pruned test that fails under the mutant is an escape)
 
     python bench/selection.py [--mutants 40] [--benign 8] [--seed 0] [--cache bench/results]
 """
@@ -176,8 +179,12 @@ def main() -> None:
         t0 = time.perf_counter()
         planned = engine.plan(base)
         latency = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        pruned_plan = engine.plan(base, prune=True)
+        prune_seconds = time.perf_counter() - t0
         git(ev_repo, "checkout", "-q", "--", m.path)
         sel = planned.selection
+        psel = pruned_plan.selection
         costs = {d.test_id: max(d.expected_seconds, 1e-4) for d in sel.decisions}
         chosen = [d.test_id for d in sel.selected]
         selected_ids = set(chosen)
@@ -187,7 +194,22 @@ def main() -> None:
         total_cost = sum(costs.values())
         reduction = 1 - sum(costs[t] for t in chosen) / total_cost if total_cost else 0.0
         file_order = sorted(chosen, key=lambda t: order.index(t) if t in order else len(order))
+        pruned = {d.test_id: d.pruned for d in psel.decisions if d.pruned is not None}
+        p_chosen = [d.test_id for d in psel.selected]
+        p_ids = set(p_chosen)
+        p_caught = {f for f in failing if f in p_ids or f.split("[")[0] in p_ids}
+        outcome = pruned_plan.pruning
         rows.append({
+            "pruned": len(pruned), "candidates": len(pruned) + (len(outcome.kept) if outcome
+                                                                 else 0),
+            "pruned_seconds": sum(e["test_seconds"] for e in pruned.values()),
+            "replay_seconds": sum(e["replay_seconds"] for e in pruned.values()),
+            "prune_wall": prune_seconds,
+            "selected_pruned": len(p_chosen),
+            "reduction_pruned": 1 - sum(costs[t] for t in p_chosen) / total_cost
+            if total_cost else 0.0,
+            "caught_pruned": sorted(p_caught),
+            "escaped_by_pruning": sorted(failing & set(pruned)),
             "id": m.id, "operator": m.operator, "benign": m.benign, "status": gt["status"],
             "path": m.path, "line": m.line,
             "killed": bool(failing), "failing": sorted(failing), "caught": sorted(caught),
@@ -215,6 +237,16 @@ def report(rows: list[dict], out: Path) -> None:
         print(f"{r['id'][:40]:<40} {r['operator'][:20]:<20} {len(r['failing']):>4} "
               f"{len(r['caught']):>6} {r['selected']:>4}/{r['total']:<4} {r['reduction']:>6.0%} "
               f"{ap:>6} {fo:>6} {r['latency'] * 1000:>5.0f}")
+    escaped = [(r["id"], r["escaped_by_pruning"]) for r in rows if r["escaped_by_pruning"]]
+    safe_pruned = [r for r in killed if r["caught_pruned"]]
+    pruned_seconds = sum(r["pruned_seconds"] for r in rows)
+    replay_seconds = sum(r["replay_seconds"] for r in rows)
+    print(f"\n{'mutant':<40} {'sel':>4} {'cand':>5} {'pruned':>6} {'sel after':>9} "
+          f"{'reduct':>6} {'test s':>7} {'replay s':>8} {'wall s':>6}")
+    for r in rows:
+        print(f"{r['id'][:40]:<40} {r['selected']:>4} {r['candidates']:>5} {r['pruned']:>6} "
+              f"{r['selected_pruned']:>9} {r['reduction_pruned']:>6.0%} "
+              f"{r['pruned_seconds']:>7.2f} {r['replay_seconds']:>8.2f} {r['prune_wall']:>6.1f}")
     apf = [r["apfdc"] for r in killed if r["apfdc"] is not None]
     apf_file = [r["apfdc_file_order"] for r in killed if r["apfdc_file_order"] is not None]
     summary = {
@@ -229,6 +261,19 @@ def report(rows: list[dict], out: Path) -> None:
         "mean_apfdc": statistics.mean(apf) if apf else None,
         "mean_apfdc_file_order": statistics.mean(apf_file) if apf_file else None,
         "median_latency_ms": statistics.median(r["latency"] for r in rows) * 1000,
+        "pruning": {
+            "selected_before": sum(r["selected"] for r in rows),
+            "candidates": sum(r["candidates"] for r in rows),
+            "pruned": sum(r["pruned"] for r in rows),
+            "mean_reduction_all": statistics.mean(r["reduction_pruned"] for r in rows),
+            "mean_reduction_killed": statistics.mean(r["reduction_pruned"] for r in killed)
+            if killed else None,
+            "safety_mutants": len(safe_pruned) / len(killed) if killed else 1.0,
+            "escaped": escaped,
+            "pruned_test_seconds": pruned_seconds,
+            "replay_seconds": replay_seconds,
+            "median_wall_s": statistics.median(r["prune_wall"] for r in rows),
+        },
         "missed": [{"id": r["id"], "tests": r["missed"], "reasons": r["missed_reasons"]}
                    for r in rows if r["missed"]],
     }
@@ -241,6 +286,16 @@ def report(rows: list[dict], out: Path) -> None:
         print(f"APFDc: FastCI order {summary['mean_apfdc']:.3f}, file order "
               f"{summary['mean_apfdc_file_order']:.3f} (mean over killed mutants)")
     print(f"selection latency: median {summary['median_latency_ms']:.0f} ms")
+    p = summary["pruning"]
+    print(f"pruning: {p['pruned']} of {p['candidates']} candidates pruned "
+          f"({p['selected_before']} tests selected by trace diff over all mutants); "
+          f"mean reduction {summary['mean_reduction_all']:.0%} -> {p['mean_reduction_all']:.0%}"
+          f"; {p['pruned_test_seconds']:.1f} test-seconds pruned for {p['replay_seconds']:.1f} s "
+          f"of replay; median pruning wall time {p['median_wall_s']:.1f} s")
+    print(f"pruning soundness: {len(escaped)} mutants with a pruned failing test; "
+          f"killed mutants still caught {len(safe_pruned)}/{len(killed)}")
+    for mutant, tests in escaped:
+        print(f"ESCAPED BY PRUNING {mutant}: {tests}")
     for miss in summary["missed"]:
         print(f"MISSED {miss['id']}: {miss['tests']}")
     out.write_text(json.dumps({"summary": summary, "mutants": rows}, indent=1))

@@ -211,8 +211,8 @@ def percent(share: float, selected: int) -> str:
 
 
 def table(outcomes: list[Outcome]) -> str:
-    head = (f"{'change':<26} {'selected':>9} {'test-s run':>10} {'saved':>6} {'failed':>6} "
-            f"{'caught':>7} {'1st fail':>8}  why")
+    head = (f"{'change':<26} {'selected':>9} {'pruned':>6} {'test-s run':>10} {'saved':>6} "
+            f"{'failed':>6} {'caught':>7} {'1st fail':>8}  why")
     lines = [head, "-" * len(head)]
     for o in outcomes:
         s = o.summary
@@ -222,18 +222,21 @@ def table(outcomes: list[Outcome]) -> str:
         ttff = s["time_to_first_failure"]
         why = "; ".join(f"{n}× {w}" for w, n in o.why) or "nothing it affects"
         lines.append(f"{o.change.name:<26} {s['selected']:>4}/{s['total']:<4} "
+                     f"{s['pruned']:>6} "
                      f"{o.test_seconds:>10.1f} {percent(saved, s['selected']):>6} "
                      f"{len(o.failed):>6} {caught:>7} "
                      f"{(f'{ttff:.1f}s' if ttff is not None else '-'):>8}  {why[:90]}")
     total = sum(o.summary["expected_seconds_total"] for o in outcomes)
     skipped = sum(o.summary["expected_seconds_saved"] for o in outcomes)
     missed = sum(len(o.missed) for o in outcomes)
+    pruned = sum(o.summary["pruned"] for o in outcomes)
     lines.append("-" * len(head))
     lines.append(f"over {len(outcomes)} changes: skipped {skipped:.1f} of {total:.1f} recorded "
-                 f"test-seconds ({skipped / max(total, 1e-9):.0%} saved); known failures "
-                 f"missed: {missed}")
+                 f"test-seconds ({skipped / max(total, 1e-9):.0%} saved); {pruned} tests "
+                 f"pruned by replaying their module calls; known failures missed: {missed}")
     lines.append("saved = recorded test-seconds of the skipped tests / of the whole suite; "
-                 "test-s run = what the selected tests took in this run")
+                 "test-s run = what the selected tests took in this run; pruned = tests the "
+                 "trace diff selected whose module calls replayed bit-identically")
     return "\n".join(lines)
 
 
@@ -248,6 +251,8 @@ def render_html(outcomes: list[Outcome], full_seconds: float, wall: float) -> st
         rows.append({
             "name": o.change.name, "description": o.change.description, "kind": o.change.kind,
             "selected": s["selected"], "total": s["total"], "run": o.test_seconds,
+            "pruned": [{"id": d.test_id, "reason": d.reasons[0]}
+                       for d in o.report.selection.decisions if d.pruned is not None],
             "saved": o.saved, "saved_text": percent(o.saved, s["selected"]),
             "failed": sorted(o.failed), "expected": list(o.change.failing_tests),
             "missed": sorted(o.missed), "ttff": s["time_to_first_failure"],

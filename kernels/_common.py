@@ -9,9 +9,7 @@ import math
 from dataclasses import dataclass
 
 import torch
-import triton
-import triton.language as tl
-from triton.runtime.jit import JITFunction
+from ._triton import AVAILABLE, JITFunction, tl, triton
 
 # Tensors are walked by the reference implementations in chunks of this many elements, so a
 # large CPU tensor needs a few 8-byte temporaries of 1 Mi elements rather than of its size.
@@ -61,7 +59,10 @@ def use_triton(t: torch.Tensor, backend: str) -> bool:
         raise ValueError(f"backend must be one of {BACKENDS}, not {backend!r}")
     if backend == "torch":
         return False
-    runnable = t.is_cuda or (t.device.type == "cpu" and INTERPRETED)
+    runnable = AVAILABLE and (t.is_cuda or (t.device.type == "cpu" and INTERPRETED))
+    if backend == "triton" and not AVAILABLE:
+        raise ValueError("backend='triton' needs Triton, which is not installed "
+                         "(`pip install triton`)")
     if backend == "triton" and not runnable:
         raise ValueError(
             f"backend='triton' cannot run on a {t.device.type} tensor here: use a CUDA tensor, "

@@ -47,8 +47,7 @@ import hashlib
 from dataclasses import dataclass
 
 import torch
-import triton
-import triton.language as tl
+from ._triton import tl, triton
 
 from ._common import (REF_CHUNK, TL_FLOAT, check_block, dtype_name, kind_of, layout,
                       num_warps_for, reduce_levels, strided_offsets, use_triton)
