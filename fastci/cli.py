@@ -150,6 +150,30 @@ def cmd_demo(args, pytest_args) -> int:
     return EXIT_OK
 
 
+def cmd_serve(args, pytest_args) -> int:
+    from fastci.app.serve import serve  # noqa: PLC0415
+    from fastci.app.settings import SettingsError  # noqa: PLC0415
+
+    try:
+        serve(args.bind, args.workers)
+    except SettingsError as exc:
+        raise CliError(str(exc)) from None
+    return EXIT_OK
+
+
+def cmd_worker(args, pytest_args) -> int:
+    from fastci.app.serve import work  # noqa: PLC0415
+    from fastci.app.settings import SettingsError  # noqa: PLC0415
+
+    if args.gpu is not None and args.gpu < 0:
+        raise CliError("--gpu must be a GPU index (0, 1, ...)")
+    try:
+        work(gpu=args.gpu, cpu=args.cpu, burst=args.burst, name=args.name)
+    except SettingsError as exc:
+        raise CliError(str(exc)) from None
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fastci",
@@ -217,7 +241,28 @@ def build_parser() -> argparse.ArgumentParser:
                    help="changes run at the same time (default 2: the suite pins one thread)")
     p.add_argument("--only", action="append", metavar="CHANGE",
                    help="run only this bundled change (repeatable)")
+    p.add_argument("--app", action="store_true",
+                   help="the GitHub App loop instead: webhook service, worker, Redis and a "
+                        "local fake of GitHub, on one pull request of tinyllm")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("serve", help="the GitHub App's webhook service (gunicorn)",
+                       description="Serve POST /webhooks, GET /healthz and GET /metrics. "
+                                   "Settings come from FASTCI_* variables (README, App).")
+    p.add_argument("--bind", default="127.0.0.1:8000")
+    p.add_argument("--workers", type=int, default=2)
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("worker", help="an RQ worker: selection (--cpu) or one GPU's tests",
+                       description="Run jobs from Redis without forking per job. --gpu N pins "
+                                   "CUDA_VISIBLE_DEVICES=N and takes that GPU's shards, then "
+                                   "background shards; --cpu takes selection and publishing.")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--gpu", type=int, default=None, metavar="N")
+    where.add_argument("--cpu", action="store_true")
+    p.add_argument("--burst", action="store_true", help="stop when the queues are empty")
+    p.add_argument("--name", default=None, help="worker name (default: RQ's)")
+    p.set_defaults(func=cmd_worker)
     return parser
 
 

@@ -44,9 +44,10 @@ class Planned:
 
 class Engine:
     def __init__(self, root: str | Path = ".", store_path: str | Path | None = None,
-                 progress=None) -> None:
+                 progress=None, settings: config.Settings | None = None) -> None:
         self.repo = Repo.find(root)
-        self.settings = config.load(self.repo.root)
+        # Given settings win: the GitHub App reads them from the trusted base commit.
+        self.settings = settings or config.load(self.repo.root)
         # [tool.fastci] store, or FASTCI_STORE; relative paths are the repository's.
         self.store_path = Path(store_path) if store_path else self.repo.root / self.settings.store
         self.progress = progress or (lambda message: None)
@@ -240,23 +241,30 @@ class Engine:
                 self._run_phase(phase, order, known, pytest_args, stream)
             if (not phases or phases[-1].name == "blocking") and on_verdict is not None:
                 on_verdict(_report(selection, phases, started))
-            if phases:
-                recording = _merge([p.recording for p in phases])
-                collected = list(dict.fromkeys(c for p in phases for c in p.collected))
-            else:  # nothing to run: the head's evidence is the base's, carried forward
-                recording = self._nothing_ran(planned)
-                collected = []
-            if snapshot is not None:
-                snapshot = store.load_snapshot(snapshot.commit, snapshot.env_key,
-                                               with_lines=True)
-                extra = planned.pruning.head_lines if planned.pruning else {}
-                store_run(store, self.repo, snapshot, recording, collected, planned.renames,
-                          planned.inputs.changes.paths, replayed_lines=extra,
-                          head_inventories=planned.inputs.head_inventories)
-            else:
-                from .carry import store_recording  # noqa: PLC0415
-                store_recording(store, self.repo, recording)
+            recordings = [p.recording for p in phases]
+            collected = list(dict.fromkeys(c for p in phases for c in p.collected))
+            self.store_results(store, planned, recordings, collected)
         return _report(selection, phases, started)
+
+    def store_results(self, store, planned: Planned, recordings: list, collected: list[str]
+                      ) -> None:
+        """Store the head's evidence after running (some of) a plan's selection: fresh for
+        the tests that ran, carried forward for the rest (pruned ones with their replays)."""
+        if recordings:
+            recording = _merge(recordings)
+        else:  # nothing ran: the head's evidence is the base's, carried forward
+            recording = self._nothing_ran(planned)
+            collected = []
+        snapshot = planned.snapshot
+        if snapshot is not None:
+            snapshot = store.load_snapshot(snapshot.commit, snapshot.env_key, with_lines=True)
+            extra = planned.pruning.head_lines if planned.pruning else {}
+            store_run(store, self.repo, snapshot, recording, collected, planned.renames,
+                      planned.inputs.changes.paths, replayed_lines=extra,
+                      head_inventories=planned.inputs.head_inventories)
+        else:
+            from .carry import store_recording  # noqa: PLC0415
+            store_recording(store, self.repo, recording)
 
     def _nothing_ran(self, planned: Planned) -> Recording:
         snap = planned.snapshot

@@ -10,8 +10,9 @@ from __future__ import annotations
 PLAN_SCHEMA = "fastci.plan/1"
 
 
-def make_plan(order: list[str], known: list[str]) -> dict:
-    return {"schema": PLAN_SCHEMA, "order": list(order), "known": sorted(known)}
+def make_plan(order: list[str], known: list[str], only: bool = False) -> dict:
+    """`only`: run nothing but `order` (a shard: new tests belong to the shard that got them)."""
+    return {"schema": PLAN_SCHEMA, "order": list(order), "known": sorted(known), "only": only}
 
 
 def _base(nodeid: str) -> str:
@@ -31,6 +32,8 @@ def apply_plan(plan: dict, nodeids: list[str]) -> tuple[list[str], list[str]]:
         prefix = _base(nodeid)
         if prefix in rank:
             ranked.append((rank[prefix], position, nodeid))
+        elif plan.get("only"):
+            drop.append(nodeid)
         elif nodeid not in known and prefix not in known_bases:
             new.append(nodeid)
         elif nodeid not in known:

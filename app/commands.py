@@ -1,0 +1,150 @@
+"""`/fastci` slash commands in pull-request comments (Prow and pytorchbot style).
+
+Only users with write access may command FastCI, and that is checked through the API
+(`GET /repos/{repo}/collaborators/{user}/permission`), never from the comment's
+author_association, which hides private organisation members. Every command is acknowledged
+with a reaction and answered with a comment; an unknown one gets the help text.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from github import GithubException
+
+from . import github
+from .events import RUN_ALL, Work
+
+WRITE = ("admin", "maintain", "write")
+HELP = """\
+FastCI commands (write access required):
+
+| command | what it does |
+| --- | --- |
+| `/fastci run all` | run every test on this head, not only the selection |
+| `/fastci retest` | select and run again on this head (failed tests included) |
+| `/fastci explain <test id>` | why a test is selected or skipped, with its evidence |
+| `/fastci ok-to-test` | allow FastCI to run this fork's head commit on its runners |
+| `/fastci help` | this message |
+"""
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str  # run-all | retest | explain | ok-to-test | help | unknown
+    argument: str = ""
+    text: str = ""
+
+
+def parse(body: str) -> Command:
+    """The first `/fastci ...` line of a comment."""
+    for line in body.splitlines():
+        line = line.strip()
+        if not line.startswith("/fastci"):
+            continue
+        try:
+            words = shlex.split(line)[1:]
+        except ValueError:
+            words = line.split()[1:]
+        if not words:
+            return Command("help", text=line)
+        verb, rest = words[0].lower(), words[1:]
+        if verb == "run" and [w.lower() for w in rest] == ["all"]:
+            return Command("run-all", text=line)
+        if verb in ("retest", "ok-to-test", "help") and not rest:
+            return Command(verb, text=line)
+        if verb == "explain" and len(rest) == 1:
+            return Command("explain", rest[0], text=line)
+        return Command("unknown", " ".join(words), text=line)
+    return Command("unknown", text=body[:100])
+
+
+def may_command(repo, user: str) -> bool:
+    try:
+        permission = github.retrying(lambda: repo.get_collaborator_permission(user))
+    except GithubException as exc:
+        if exc.status in (403, 404):
+            return False  # not a collaborator (or we may not ask): not allowed
+        raise
+    return permission in WRITE
+
+
+def handle_command(ctx, work: Work) -> dict:
+    command = parse(work.body or "")
+    issue = github.retrying(lambda: ctx.repo.get_issue(work.number))
+    comment = github.retrying(lambda: issue.get_comment(work.comment_id))
+    github.retrying(lambda: comment.create_reaction("eyes"))
+
+    def reply(text: str) -> None:
+        github.retrying(lambda: issue.create_comment(f"@{work.sender} {text}"))
+
+    if not may_command(ctx.repo, work.sender):
+        reply("thanks for asking, but FastCI takes commands only from people with write "
+              "access to this repository. A maintainer can run it for you.")
+        return {"command": command.name, "allowed": False}
+    if command.name in ("help", "unknown"):
+        prefix = "" if command.name == "help" else \
+            f"I don't know `{command.text.strip()[:80]}`.\n\n"
+        reply(prefix + HELP)
+        return {"command": command.name, "allowed": True}
+    pr = github.retrying(lambda: ctx.repo.get_pull(work.number))
+    head, base = pr.head.sha, pr.base.sha
+    if command.name == "ok-to-test":
+        ctx.redis.set(ctx.approved_key(work.repo, head), work.sender,
+                      ex=30 * 24 * 3600)
+        _rerun(ctx, work, head, base, pr, "select")
+        reply(f"approved `{head[:12]}` for testing on FastCI's runners; running it now. "
+              "A new push needs a new `/fastci ok-to-test`.")
+    elif command.name == "run-all":
+        _rerun(ctx, work, head, base, pr, RUN_ALL)
+        reply(f"running every test on `{head[:12]}`.")
+    elif command.name == "retest":
+        _rerun(ctx, work, head, base, pr, "select")
+        reply(f"selecting and running again on `{head[:12]}`.")
+    elif command.name == "explain":
+        reply(explain(ctx, work, pr, command.argument))
+    return {"command": command.name, "allowed": True}
+
+
+def _rerun(ctx, work: Work, head: str, base: str, pr, mode: str) -> None:
+    head_repo = pr.head.repo.full_name if pr.head.repo is not None else None
+    rerun = Work("pull_request", work.repo, work.installation_id, number=work.number,
+                 head_sha=head, base_sha=base, base_ref=pr.base.ref, head_repo=head_repo,
+                 sender=work.sender, mode=mode)
+    delivery = f"command-{work.comment_id}-{mode}"
+    if ctx.queues.claim(delivery):
+        ctx.queues.enqueue(rerun, delivery)
+
+
+def explain(ctx, work: Work, pr, test_id: str) -> str:
+    """The `fastci explain` text for a test, from a selection of the PR's head."""
+    from fastci.runner.explain import explain as render  # noqa: PLC0415
+    from fastci.runner.engine import Engine  # noqa: PLC0415
+    from fastci.runner.gitrepo import WORKTREE  # noqa: PLC0415
+
+    from . import workspace  # noqa: PLC0415
+    from .jobs import _base_settings, _token  # noqa: PLC0415
+
+    head_repo = pr.head.repo.full_name if pr.head.repo is not None else None
+    if head_repo is None or head_repo.lower() != work.repo.lower():
+        if not ctx.redis.exists(ctx.approved_key(work.repo, pr.head.sha)):
+            return ("this pull request comes from a fork; FastCI explains its selection "
+                    "after `/fastci ok-to-test`.")
+    mirror = workspace.sync(ctx.settings.workspace, work.repo,
+                            ctx.settings.clone_url.format(repo=work.repo),
+                            [pr.base.sha, pr.head.sha], number=work.number,
+                            token=_token(ctx, work))
+    with workspace.worktree(mirror, pr.head.sha) as tree:
+        engine = Engine(tree, ctx.settings.store_path,
+                        settings=_base_settings(mirror, pr.base.sha))
+        planned = engine.plan(base=pr.base.sha, head=WORKTREE, prune=True)
+    selection = planned.selection
+    ids = [d.test_id for d in selection.decisions]
+    match = test_id if test_id in ids else next(
+        (i for i in ids if i.startswith(test_id)), None)
+    if match is None:
+        return f"no test `{test_id}` is known at `{pr.head.sha[:12]}`."
+    evidence = planned.snapshot.tests.get(match) if planned.snapshot else None
+    kept = planned.pruning.kept.get(match) if planned.pruning else None
+    return "```\n" + render(selection, match, evidence, not_pruned=kept)[:60000] + "\n```"

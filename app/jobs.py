@@ -1,0 +1,340 @@
+"""The RQ jobs that talk to GitHub: select, publish, shard, stream results, store evidence.
+
+`handle` is the one entry point the webhook enqueues (on the CPU queue). A pull request's job
+checks out base and head into the workspace, selects with the settings of the trusted base,
+posts "FastCI selection", shards the blocking tests over the GPU queues by expected duration
+(`fastci.runner.shard`, which knows nothing of GitHub), streams their results into "FastCI
+regressions" as shards finish, hands the background dimensions to the low-priority queue
+with their own job publishing "FastCI background", and stores fresh evidence for the head.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from redis import Redis
+
+from rq.job import Job
+
+from fastci.runner import config as runner_config
+from fastci.runner.coverage_delta import changed_lines, executed, report, statement_lines
+from fastci.runner.engine import Engine
+from fastci.runner.gitrepo import WORKTREE
+from fastci.runner.recorder import recording_from_json
+from fastci.runner.report import Decision, TestResult
+from fastci.runner.shard import split
+
+from . import checks, github, workspace
+from .events import RERUN_FAILED, RUN_ALL, Work
+from .queue import SEEN_TTL, Queues
+from .settings import AppSettings, load
+
+log = logging.getLogger("fastci.app")
+POLL = 0.5
+SHARD_TIMEOUT = 6 * 3600
+
+
+@dataclass
+class Context:
+    settings: AppSettings
+    redis: Redis
+    queues: Queues
+    gh: object  # github.Github for the installation
+    repo: object  # github.Repository
+
+    @classmethod
+    def create(cls, work: Work, settings: AppSettings | None = None) -> "Context":
+        settings = settings or load()
+        redis = Redis.from_url(settings.redis_url)
+        gi = github.integration(settings)
+        gh = github.for_installation(gi, work.installation_id)
+        repo = github.retrying(lambda: gh.get_repo(work.repo))
+        ctx = cls(settings, redis, Queues(redis, settings.queue_prefix, settings.gpus), gh, repo)
+        ctx._gi = gi
+        return ctx
+
+    def token(self, installation_id: int) -> str:
+        return self._gi.get_access_token(installation_id).token
+
+    def approved_key(self, repo: str, sha: str) -> str:
+        return self.queues.key("ok-to-test", repo.lower(), sha)
+
+
+def handle(work_json: dict, delivery: str) -> dict:
+    """The job for one delivery."""
+    work = Work.from_json(work_json)
+    if work.kind == "installation":
+        return {"installation": work.installation_id, "action": work.mode,
+                "repos": list(work.repos)}
+    ctx = Context.create(work)
+    if work.kind == "pull_request":
+        return run_pull_request(ctx, work)
+    if work.kind == "refresh":
+        return refresh(ctx, work)
+    if work.kind == "command":
+        from .commands import handle_command  # noqa: PLC0415
+
+        return handle_command(ctx, work)
+    raise ValueError(f"unknown work kind {work.kind!r}")
+
+
+# -- pull requests ----------------------------------------------------------------------------
+def run_pull_request(ctx: Context, work: Work) -> dict:
+    pr = github.retrying(lambda: ctx.repo.get_pull(work.number))
+    head_repo = pr.head.repo.full_name if pr.head.repo is not None else None
+    fork = head_repo is None or head_repo.lower() != work.repo.lower()
+    head_sha, base_sha = work.head_sha or pr.head.sha, work.base_sha or pr.base.sha
+    runs = github.CheckRuns(ctx.repo)
+    if _superseded(ctx, work, head_sha):
+        return {"status": "superseded", "head": head_sha}
+    if fork and not ctx.redis.exists(ctx.approved_key(work.repo, head_sha)):
+        runs.create(checks.SELECTION, head_sha, conclusion="action_required",
+                    output=github.CheckRunOutput(
+                        "Waiting for /fastci ok-to-test",
+                        f"This pull request comes from a fork (`{head_repo}`). FastCI runs "
+                        "tests on self-hosted GPU runners, so code from a fork runs only after "
+                        "a maintainer with write access comments `/fastci ok-to-test` on this "
+                        f"head commit (`{head_sha[:12]}`). The approval holds for this commit "
+                        "only; a new push needs a new one."))
+        return {"status": "action_required", "head": head_sha}
+    selection_run = runs.create(checks.SELECTION, head_sha, output=github.CheckRunOutput(
+        "Selecting tests…", "FastCI is comparing this change with the recorded evidence."))
+    token = _token(ctx, work)
+    mirror = workspace.sync(ctx.settings.workspace, work.repo,
+                            ctx.settings.clone_url.format(repo=work.repo), [base_sha, head_sha],
+                            number=work.number, token=token)
+    with workspace.worktree(mirror, head_sha) as tree:
+        settings = _base_settings(mirror, base_sha)
+        engine = Engine(tree, ctx.settings.store_path, settings=settings)
+        planned = engine.plan(base=base_sha, head=WORKTREE, prune=work.mode == "select")
+        selection = planned.selection
+        chosen = _chosen(ctx, selection, work.mode, engine)
+        runs.update(selection_run, conclusion="success",
+                    output=checks.selection_output(selection, _change_notes(planned)))
+        blocking = [d for d in chosen if settings.is_blocking(d.dimension) or d.new]
+        background = [d for d in chosen if d not in blocking]
+        known = sorted({*(planned.snapshot.tests if planned.snapshot else ()),
+                        *(d.test_id for d in selection.decisions)})
+        request = {"mirror": str(mirror), "sha": head_sha, "known": known,
+                   "store": str(ctx.settings.store_path),
+                   "workspace": str(ctx.settings.workspace / "runner")}
+        if background:
+            ids = _enqueue_shards(ctx, [background], request, background=True)
+            ctx.queues.cpu.enqueue("fastci.app.jobs.follow_background", work.to_json(),
+                                   head_sha, ids, job_timeout=SHARD_TIMEOUT)
+        regressions = runs.create(checks.REGRESSIONS, head_sha, output=checks.regressions_output(
+            [], shards=0, shards_done=0, done=False))
+        shards = split(blocking, ctx.settings.gpus)
+        ids = _enqueue_shards(ctx, shards, request)
+        results, recordings, collected = _follow(ctx, work, head_sha, ids, runs, regressions)
+        if results is None:
+            return {"status": "superseded", "head": head_sha}
+        with engine.open_store() as store:
+            engine.store_results(store, planned, recordings, collected)
+            coverage = _coverage(engine, store, planned, mirror, base_sha, head_sha)
+        final = checks.regressions_output(results, shards=len(ids), shards_done=len(ids),
+                                          done=True, coverage=coverage)
+        runs.update(regressions, output=final, conclusion=checks.conclusion(results),
+                    actions=checks.ACTIONS)
+    return {"status": "completed", "head": head_sha, "selected": len(chosen),
+            "failed": sum(r.outcome in ("failed", "error") for r in results)}
+
+
+def _token(ctx: Context, work: Work) -> str | None:
+    if ctx.settings.clone_url.startswith(("file://", "/")):
+        return None  # a local path (tests, demo) needs no credentials
+    return ctx.token(work.installation_id)
+
+
+def _superseded(ctx: Context, work: Work, head_sha: str) -> bool:
+    if work.number is None:
+        return False
+    current = ctx.queues.current_head(work.repo, work.number)
+    return current is not None and current != head_sha
+
+
+def _base_settings(mirror: Path, base_sha: str) -> runner_config.Settings:
+    """[tool.fastci] as the base commit has it: a pull request cannot loosen its own gate."""
+    text = workspace.read_at(mirror, base_sha, "pyproject.toml")
+    with tempfile.TemporaryDirectory() as tmp:
+        if text is not None:
+            (Path(tmp) / "pyproject.toml").write_bytes(text)
+        return runner_config.load(Path(tmp), environ={})
+
+
+def _chosen(ctx: Context, selection, mode: str, engine: Engine) -> list[Decision]:
+    if mode == RUN_ALL:
+        return sorted(selection.decisions, key=lambda d: (d.rank is None, d.rank or 0,
+                                                          -d.risk))
+    if mode == RERUN_FAILED:
+        with engine.open_store() as store:
+            outcomes = store.outcomes(limit_per_test=1)
+        return [d for d in selection.decisions
+                if outcomes.get(d.test_id, ["passed"])[0] in ("failed", "error")]
+    return selection.selected
+
+
+def _enqueue_shards(ctx: Context, shards: list[list[Decision]], request: dict,
+                    background: bool = False) -> list[str]:
+    ids = []
+    for i, shard in enumerate(shards):
+        queue = ctx.queues.background if background else ctx.queues.gpu(i % ctx.settings.gpus)
+        job = queue.enqueue("fastci.runner.shard.run_shard",
+                            {**request, "tests": [d.test_id for d in shard]},
+                            job_timeout=SHARD_TIMEOUT, result_ttl=SEEN_TTL,
+                            failure_ttl=SEEN_TTL,
+                            description=f"shard {i + 1}/{len(shards)} of {request['sha'][:12]}")
+        ids.append(job.id)
+    return ids
+
+
+def _follow(ctx: Context, work: Work, head_sha: str, ids: list[str], runs, run,
+            blocking: bool = True):
+    """Wait for the shards, publishing as each finishes; None if a newer head came."""
+    pending, results, recordings, collected = list(ids), [], [], []
+    while pending:
+        if _superseded(ctx, work, head_sha):
+            for job_id in pending:
+                Job.fetch(job_id, connection=ctx.redis).cancel()
+            runs.update(run, conclusion="cancelled", output=github.CheckRunOutput(
+                "Superseded by a newer push", "A newer commit was pushed to this pull "
+                "request; its run replaces this one."))
+            return None, None, None
+        finished = []
+        for job_id in pending:
+            job = Job.fetch(job_id, connection=ctx.redis)
+            status = job.get_status(refresh=True)
+            if status == "finished":
+                finished.append(job_id)
+                shard = job.return_value()
+                _collect(shard, job, results, recordings, collected, blocking)
+            elif status in ("failed", "stopped", "canceled"):
+                finished.append(job_id)
+                tests = job.args[0]["tests"]
+                results += [TestResult(t, "error", 0.0, failure={
+                    "path": None, "line": None, "when": "shard",
+                    "message": f"the shard running it {status}: {_job_error(job)}"},
+                    blocking=blocking) for t in tests]
+        if finished:
+            pending = [j for j in pending if j not in finished]
+            runs.update(run, output=checks.regressions_output(
+                results, shards=len(ids), shards_done=len(ids) - len(pending),
+                done=not pending, blocking=blocking))
+        else:
+            time.sleep(POLL)
+    return results, recordings, collected
+
+
+def _job_error(job: Job) -> str:
+    info = (job.latest_result().exc_string if job.latest_result() else None) or "no details"
+    return info.strip().splitlines()[-1][:300]
+
+
+def _collect(shard: dict, job: Job, results, recordings, collected, blocking: bool) -> None:
+    data = shard.get("recording")
+    if data is None:
+        results += [TestResult(t, "error", 0.0, failure={
+            "path": None, "line": None, "when": "shard",
+            "message": f"pytest exited {shard.get('exit_code')} before recording: "
+                       f"{shard.get('output_tail', '')[-300:]}"}, blocking=blocking)
+            for t in job.args[0]["tests"]]
+        return
+    recording, failures = recording_from_json(data)
+    recordings.append(recording)
+    collected += data.get("collected", list(recording.tests))
+    for test_id in recording.order:
+        t = recording.tests[test_id]
+        results.append(TestResult(test_id, t.outcome, t.duration, t.dimension,
+                                  failures.get(test_id), blocking=blocking))
+
+
+def follow_background(work_json: dict, head_sha: str, ids: list[str]) -> dict:
+    """Publish the background dimensions' shards as their own, never-blocking check run."""
+    work = Work.from_json(work_json)
+    ctx = Context.create(work)
+    runs = github.CheckRuns(ctx.repo)
+    run = runs.create(checks.BACKGROUND, head_sha, output=checks.regressions_output(
+        [], shards=len(ids), shards_done=0, done=False, blocking=False))
+    results, _, _ = _follow(ctx, work, head_sha, ids, runs, run, blocking=False)
+    if results is None:
+        return {"status": "superseded"}
+    runs.update(run, conclusion=checks.conclusion(results, blocking=False),
+                output=checks.regressions_output(results, shards=len(ids),
+                                                 shards_done=len(ids), done=True,
+                                                 blocking=False))
+    return {"status": "completed", "ran": len(results)}
+
+
+# -- what the selection check run annotates ------------------------------------------------------
+def _change_notes(planned) -> list[dict]:
+    changes = planned.inputs.changes
+    spans, per_block = {}, {}
+    for path, qualname in changes.blocks:
+        fb = planned.inputs.head_inventories.get(path)
+        block = fb.by_qualname().get(qualname) if fb is not None else None
+        if block is not None and block.kind != "module":
+            spans[(path, qualname)] = (block.start, block.end)
+    if planned.snapshot is not None:
+        for test in planned.snapshot.tests.values():
+            for path, qualnames in test.blocks.items():
+                for q in qualnames:
+                    if (path, q) in spans:
+                        per_block[(path, q)] = per_block.get((path, q), 0) + 1
+    return checks.change_annotations(planned.selection, dict(changes.blocks), spans, per_block)
+
+
+def _coverage(engine: Engine, store, planned, mirror: Path, base_sha: str, head_sha: str):
+    """Diff coverage of the change, and coverage against the base, from stored evidence."""
+    head_commit = engine.repo.head()
+    envs = store.snapshot_envs(head_commit)
+    if not envs:
+        return None
+    head = store.load_snapshot(head_commit, envs[0][0], with_lines=True)
+    head_tree = planned.inputs.head_tree
+    old_tree = planned.snapshot.tree if planned.snapshot else {}
+    changed = {}
+    for change in planned.inputs.changes.files:
+        path = change.path
+        if not path.endswith(".py") or path not in head_tree:
+            continue
+        old_blob = old_tree.get(change.old_path or path)
+        if old_blob is None:
+            text = engine.repo.read(WORKTREE, path)
+            changed[path] = set(range(1, text.count(b"\n") + 2))
+        else:
+            changed[path] = changed_lines(engine.repo.hunks(old_blob, head_tree[path]))
+    python = [p for p in head_tree if p.endswith(".py")]
+    contents = engine.repo.read_many(WORKTREE, python)
+    head_statements = {p: statement_lines(c) for p, c in contents.items()}
+    base_statements = base_executed = None
+    if planned.snapshot is not None:
+        base = store.load_snapshot(planned.snapshot.commit, planned.snapshot.env_key,
+                                   with_lines=True)
+        blobs = {p: b for p, b in old_tree.items() if p.endswith(".py")}
+        found = engine.repo.read_blobs(list(blobs.values()))
+        base_statements = {p: statement_lines(found[b]) for p, b in blobs.items() if b in found}
+        base_executed = executed({t: r.lines for t, r in base.tests.items()})
+    return report(changed, head_statements, executed({t: r.lines for t, r in head.tests.items()}),
+                  base_statements, base_executed)
+
+
+# -- the default branch -----------------------------------------------------------------------------
+def refresh(ctx: Context, work: Work) -> dict:
+    """A push to the default branch: record the full suite there, on a GPU worker."""
+    mirror = workspace.sync(ctx.settings.workspace, work.repo,
+                            ctx.settings.clone_url.format(repo=work.repo), [work.head_sha],
+                            token=_token(ctx, work))
+    job = ctx.queues.gpu(0).enqueue(
+        "fastci.runner.shard.run_shard",
+        {"mirror": str(mirror), "sha": work.head_sha, "tests": [], "record_all": True,
+         "store": str(ctx.settings.store_path),
+         "workspace": str(ctx.settings.workspace / "runner")},
+        job_timeout=SHARD_TIMEOUT, result_ttl=SEEN_TTL, failure_ttl=SEEN_TTL,
+        description=f"record {work.repo}@{work.head_sha[:12]}")
+    return {"status": "recording", "job": job.id}
+
+

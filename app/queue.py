@@ -1,0 +1,93 @@
+"""Putting work on RQ queues: at most once per delivery, newest head wins.
+
+Queues: `<prefix>-cpu` (selection, publishing, commands), `<prefix>-gpu-<n>` (one per GPU,
+test shards), `<prefix>-background` (convergence and perf shards, taken by GPU workers only
+when their own queue is empty). A delivery is claimed in Redis before it is enqueued and the
+claim is dropped if enqueueing fails, so a redelivery is never lost and never doubled.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from redis import Redis
+from rq import Queue
+from rq.job import Job
+
+from .events import Work
+
+CLAIM_TTL = 60  # seconds a delivery is held while its job is enqueued
+SEEN_TTL = 7 * 24 * 3600  # GitHub keeps deliveries for redelivery about this long
+JOB_TIMEOUT = 6 * 3600
+
+
+class Queues:
+    def __init__(self, redis: Redis, prefix: str = "fastci", gpus: int = 1) -> None:
+        self.redis, self.prefix, self.gpus = redis, prefix, gpus
+        self.cpu = Queue(f"{prefix}-cpu", connection=redis)
+        self.background = Queue(f"{prefix}-background", connection=redis)
+
+    def gpu(self, index: int) -> Queue:
+        return Queue(f"{self.prefix}-gpu-{index}", connection=self.redis)
+
+    def key(self, *parts: str) -> str:
+        return ":".join((self.prefix, *parts))
+
+    # -- deliveries --------------------------------------------------------------------------
+    def claim(self, delivery: str) -> bool:
+        """True if this delivery is new (and is now ours to enqueue)."""
+        return bool(self.redis.set(self.key("delivery", delivery), "claimed", nx=True,
+                                   ex=CLAIM_TTL))
+
+    def release(self, delivery: str) -> None:
+        self.redis.delete(self.key("delivery", delivery))
+
+    def enqueue(self, work: Work, delivery: str) -> Job:
+        """Enqueue the job for `work` (claimed first by the caller); returns it."""
+        job = self.cpu.enqueue("fastci.app.jobs.handle", work.to_json(), delivery,
+                               job_id=f"{self.prefix}-{delivery}", job_timeout=JOB_TIMEOUT,
+                               result_ttl=SEEN_TTL, failure_ttl=SEEN_TTL,
+                               description=f"{work.kind} {work.repo}"
+                                           + (f"#{work.number}" if work.number else ""))
+        pipe = self.redis.pipeline()
+        pipe.set(self.key("delivery", delivery), "enqueued", ex=SEEN_TTL)
+        pipe.incr(self.key("metrics", "enqueued_total"))
+        pipe.execute()
+        if work.kind == "pull_request" and work.number is not None:
+            self.supersede(work, job.id)
+        return job
+
+    # -- newest head wins ------------------------------------------------------------------------
+    def pr_key(self, repo: str, number: int) -> str:
+        return self.key("pr", repo.lower(), str(number))
+
+    def supersede(self, work: Work, job_id: str) -> list[str]:
+        """Make `work`'s head the pull request's current one; cancel queued jobs of older
+        heads. Returns the ids cancelled."""
+        key = self.pr_key(work.repo, work.number)
+        previous = self.redis.hget(key, "head")
+        self.redis.hset(key, mapping={"head": work.head_sha, "at": time.time()})
+        self.redis.rpush(key + ":jobs", json.dumps([work.head_sha, job_id]))
+        self.redis.expire(key, SEEN_TTL)
+        self.redis.expire(key + ":jobs", SEEN_TTL)
+        cancelled = []
+        if previous is not None and previous.decode() != work.head_sha:
+            for raw in self.redis.lrange(key + ":jobs", 0, -1):
+                head, old_id = json.loads(raw)
+                if head == work.head_sha:
+                    continue
+                job = Job.fetch(old_id, connection=self.redis) if Job.exists(
+                    old_id, connection=self.redis) else None
+                if job is not None and job.get_status(refresh=True) in ("queued", "deferred",
+                                                                        "scheduled"):
+                    job.cancel()
+                    cancelled.append(old_id)
+        return cancelled
+
+    def current_head(self, repo: str, number: int) -> str | None:
+        value = self.redis.hget(self.pr_key(repo, number), "head")
+        return value.decode() if value else None
+
+    def counter(self, name: str, amount: int = 1) -> None:
+        self.redis.incr(self.key("metrics", name), amount)

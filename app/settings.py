@@ -1,0 +1,101 @@
+"""The GitHub side's settings, from the environment and from files it names.
+
+Secrets (the App's private key, the webhook secret) come only from files or environment
+variables, are held in `Secret` (whose repr hides them), and are never logged or put in a
+job's arguments: jobs read them again from here, in the worker's own environment.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class SettingsError(Exception):
+    """A setting is missing or invalid; the message names the variable."""
+
+
+class Secret:
+    """A secret value that never prints."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret(***)"
+
+    __str__ = __repr__
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+
+@dataclass(frozen=True)
+class AppSettings:
+    app_id: int | None = None
+    private_key: Secret | None = field(default=None, repr=False)
+    webhook_secret: Secret | None = field(default=None, repr=False)
+    github_url: str = "https://api.github.com"  # GitHub Enterprise: https://HOST/api/v3
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    workspace: Path = Path(".fastci-app")
+    """Clones, worktrees and the shared evidence store live here."""
+    clone_url: str = "https://github.com/{repo}.git"
+    """Where a repository's code is fetched from ({repo}: owner/name). Tests use file://."""
+    max_body_bytes: int = 25 * 2**20  # GitHub caps payloads at 25 MB
+    queue_prefix: str = "fastci"
+    gpus: int = 1  # GPU queues the selection shards over (one worker each)
+
+    @property
+    def store_path(self) -> Path:
+        return self.workspace / "evidence.db"
+
+    def require_github(self) -> None:
+        missing = [name for name, value in (("FASTCI_APP_ID", self.app_id),
+                                            ("FASTCI_APP_PRIVATE_KEY(_FILE)", self.private_key))
+                   if not value]
+        if missing:
+            raise SettingsError("talking to GitHub needs " + " and ".join(missing))
+
+
+def _secret(environ: dict, name: str) -> Secret | None:
+    """NAME_FILE (a path) wins over NAME (the value itself)."""
+    path = environ.get(f"{name}_FILE")
+    if path:
+        try:
+            return Secret(Path(path).read_text().strip())
+        except OSError as exc:
+            raise SettingsError(f"{name}_FILE={path}: cannot read it ({exc.strerror})") from None
+    value = environ.get(name)
+    return Secret(value) if value else None
+
+
+def _int(environ: dict, name: str, default: int | None) -> int | None:
+    raw = environ.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be an integer, not {raw!r}") from None
+
+
+def load(environ: dict | None = None) -> AppSettings:
+    env = dict(os.environ if environ is None else environ)
+    return AppSettings(
+        app_id=_int(env, "FASTCI_APP_ID", None),
+        private_key=_secret(env, "FASTCI_APP_PRIVATE_KEY"),
+        webhook_secret=_secret(env, "FASTCI_WEBHOOK_SECRET"),
+        github_url=env.get("FASTCI_GITHUB_URL", AppSettings.github_url).rstrip("/"),
+        redis_url=env.get("FASTCI_REDIS_URL", AppSettings.redis_url),
+        workspace=Path(env.get("FASTCI_WORKSPACE", str(AppSettings.workspace))).resolve(),
+        clone_url=env.get("FASTCI_CLONE_URL", AppSettings.clone_url),
+        max_body_bytes=_int(env, "FASTCI_MAX_BODY_BYTES", AppSettings.max_body_bytes),
+        queue_prefix=env.get("FASTCI_QUEUE_PREFIX", AppSettings.queue_prefix),
+        gpus=_int(env, "FASTCI_GPUS", AppSettings.gpus),
+    )

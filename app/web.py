@@ -1,0 +1,146 @@
+"""The webhook service: verify, route, claim, enqueue, answer 202 in milliseconds.
+
+    gunicorn 'fastci.app.web:create_app()'      (or `fastci serve`)
+
+POST /webhooks   X-Hub-Signature-256 (HMAC-SHA256) is required; then X-GitHub-Event and
+                 X-GitHub-Delivery; the body must be a JSON object within the size limit.
+                 202 when work was enqueued or deliberately ignored (the body says which),
+                 200 for a duplicate delivery and for ping, 4xx for bad requests (the body
+                 says why), 503 when Redis cannot be reached (GitHub may redeliver).
+GET /healthz     200 when Redis answers, else 503.
+GET /metrics     Prometheus text: deliveries by outcome, queue lengths.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+
+from flask import Flask, Response, jsonify, request
+from redis import Redis
+from redis.exceptions import RedisError
+
+from . import events
+from .queue import Queues
+from .settings import AppSettings, SettingsError, load
+from .signature import verify
+
+log = logging.getLogger("fastci.app")
+DELIVERY_ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+EVENT_NAME = re.compile(r"^[a-z_]{1,64}$")
+
+
+def create_app(settings: AppSettings | None = None, redis: Redis | None = None) -> Flask:
+    settings = settings or load()
+    if not settings.webhook_secret:
+        raise SettingsError("the webhook service needs FASTCI_WEBHOOK_SECRET or "
+                            "FASTCI_WEBHOOK_SECRET_FILE")
+    redis = redis or Redis.from_url(settings.redis_url, socket_timeout=2,
+                                    socket_connect_timeout=2)
+    queues = Queues(redis, settings.queue_prefix, settings.gpus)
+    app = Flask("fastci.app")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    secret = settings.webhook_secret.reveal()
+
+    def answer(status: int, message: str, **extra) -> Response:
+        _count(queues, f'deliveries_total{{status="{status}"}}')
+        response = jsonify({"message": message, **extra})
+        response.status_code = status
+        return response
+
+    @app.post("/webhooks")
+    def webhook():
+        length = request.content_length
+        if length is not None and length > settings.max_body_bytes:
+            return answer(413, f"body of {length} bytes exceeds the {settings.max_body_bytes} "
+                               "byte limit")
+        body = request.get_data(cache=False)
+        problem = verify(secret, body, request.headers.get("X-Hub-Signature-256"))
+        if problem:
+            return answer(401, problem)
+        event = request.headers.get("X-GitHub-Event", "")
+        delivery = request.headers.get("X-GitHub-Delivery", "")
+        if not EVENT_NAME.match(event):
+            return answer(400, "missing or malformed X-GitHub-Event header")
+        if not DELIVERY_ID.match(delivery):
+            return answer(400, "missing or malformed X-GitHub-Delivery header")
+        if not request.mimetype or request.mimetype != "application/json":
+            return answer(415, "Content-Type must be application/json (set the App's webhook "
+                               "content type to JSON)")
+        try:
+            payload = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            return answer(400, f"the body is not valid JSON: {exc}")
+        if event == "ping":
+            return answer(200, "pong", zen=payload.get("zen") if isinstance(payload, dict)
+                          else None)
+        try:
+            routed = events.route(event, payload)
+        except events.PayloadError as exc:
+            return answer(422, str(exc))
+        if isinstance(routed, events.Ignored):
+            return answer(202, f"ignored: {routed.reason}", delivery=delivery)
+        try:
+            if not queues.claim(delivery):
+                return answer(200, "duplicate delivery: already enqueued", delivery=delivery)
+            try:
+                job = queues.enqueue(routed, delivery)
+            except Exception:
+                queues.release(delivery)
+                raise
+        except RedisError as exc:
+            log.warning("redis unavailable for delivery %s: %s", delivery, type(exc).__name__)
+            return answer(503, "the queue (Redis) is unavailable; the delivery was not "
+                               "enqueued and can be redelivered", delivery=delivery)
+        return answer(202, f"enqueued {routed.kind}", delivery=delivery, job=job.id)
+
+    @app.errorhandler(413)
+    def too_large(_error):
+        return answer(413, f"body exceeds the {settings.max_body_bytes} byte limit")
+
+    @app.errorhandler(404)
+    def not_found(_error):
+        return jsonify({"message": "not found: FastCI serves POST /webhooks, GET /healthz "
+                                   "and GET /metrics"}), 404
+
+    @app.errorhandler(405)
+    def wrong_method(_error):
+        return jsonify({"message": f"{request.method} is not allowed on {request.path}"}), 405
+
+    @app.get("/healthz")
+    def healthz():
+        try:
+            redis.ping()
+        except RedisError as exc:
+            return jsonify({"status": "unavailable", "redis": type(exc).__name__}), 503
+        return jsonify({"status": "ok", "redis": "ok"})
+
+    @app.get("/metrics")
+    def metrics():
+        lines = ["# HELP fastci_deliveries_total Webhook deliveries by HTTP status.",
+                 "# TYPE fastci_deliveries_total counter"]
+        try:
+            for key in sorted(redis.scan_iter(queues.key("metrics", "*"))):
+                name = key.decode().split(":", 2)[2]
+                lines.append(f"fastci_{name} {int(redis.get(key) or 0)}")
+            lines += ["# HELP fastci_queue_length Jobs waiting per queue.",
+                      "# TYPE fastci_queue_length gauge"]
+            for queue in [queues.cpu, queues.background,
+                          *(queues.gpu(i) for i in range(settings.gpus))]:
+                lines.append(f'fastci_queue_length{{queue="{queue.name}"}} {queue.count}')
+            up = 1
+        except RedisError:
+            up = 0
+        lines += ["# HELP fastci_redis_up Whether Redis answered.", "# TYPE fastci_redis_up gauge",
+                  f"fastci_redis_up {up}"]
+        return Response("\n".join(lines) + "\n", mimetype="text/plain; version=0.0.4")
+
+    return app
+
+
+def _count(queues: Queues, name: str) -> None:
+    try:
+        queues.counter(name)
+    except RedisError:
+        pass  # metrics never fail a request

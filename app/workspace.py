@@ -1,0 +1,79 @@
+"""Local copies of the repositories the App serves: a bare mirror per repository, fetched with
+the installation token (passed to git through its environment, never on a command line), and
+throwaway worktrees of it for selection. GPU workers clone from the mirror's path, so no
+credential ever travels in a job.
+"""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import subprocess
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+
+from fastci.runner.shard import scrubbed_environment
+
+
+class WorkspaceError(Exception):
+    pass
+
+
+def _git(cwd: Path | None, *args: str, token: str | None = None, check: bool = True) -> str:
+    env = {**scrubbed_environment(), "GIT_TERMINAL_PROMPT": "0"}
+    if token:
+        basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+        env.update(GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0="http.extraHeader",
+                   GIT_CONFIG_VALUE_0=f"Authorization: Basic {basic}")
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env)
+    if check and proc.returncode != 0:
+        raise WorkspaceError(f"git {args[0]} failed: {proc.stderr.strip()[:400]}")
+    return proc.stdout
+
+
+def mirror_path(workspace: Path, repo: str) -> Path:
+    owner, name = repo.lower().split("/")
+    return workspace / "mirrors" / f"{owner}__{name}.git"
+
+
+def sync(workspace: Path, repo: str, url: str, shas: list[str], number: int | None = None,
+         token: str | None = None) -> Path:
+    """The mirror, with every sha in `shas` present (fetching the PR's head ref if needed)."""
+    mirror = mirror_path(workspace, repo)
+    if not (mirror / "HEAD").exists():
+        mirror.parent.mkdir(parents=True, exist_ok=True)
+        _git(None, "init", "-q", "--bare", str(mirror))
+    refspecs = ["+refs/heads/*:refs/heads/*"]
+    if number is not None:
+        refspecs.append(f"+refs/pull/{number}/head:refs/pull/{number}/head")
+    _git(mirror, "fetch", "-q", "--prune", url, *refspecs, token=token, check=False)
+    for sha in shas:
+        if _git(mirror, "cat-file", "-t", sha, check=False).strip() != "commit":
+            _git(mirror, "fetch", "-q", url, sha, token=token, check=False)
+        if _git(mirror, "cat-file", "-t", sha, check=False).strip() != "commit":
+            raise WorkspaceError(f"commit {sha[:12]} of {repo} could not be fetched")
+    return mirror
+
+
+@contextmanager
+def worktree(mirror: Path, sha: str):
+    """A detached worktree of `sha`, removed afterwards."""
+    path = mirror.parent.parent / "trees" / f"{mirror.stem}-{sha[:12]}-{uuid.uuid4().hex[:8]}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _git(mirror, "worktree", "add", "-q", "--detach", str(path), sha)
+    try:
+        yield path
+    finally:
+        _git(mirror, "worktree", "remove", "--force", str(path), check=False)
+        if path.exists():
+            shutil.rmtree(path, ignore_errors=True)
+        _git(mirror, "worktree", "prune", check=False)
+
+
+def read_at(mirror: Path, sha: str, path: str) -> bytes | None:
+    proc = subprocess.run(["git", "show", f"{sha}:{path}"], cwd=mirror, capture_output=True,
+                          env=scrubbed_environment())
+    return proc.stdout if proc.returncode == 0 else None
+
+
