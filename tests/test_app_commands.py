@@ -1,0 +1,125 @@
+"""Slash commands and fork gating, through the jobs themselves (in this process), against
+the fake GitHub and real Redis, on a small real repository with recorded evidence."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import redis as redis_lib
+
+from conftest import LIBRARY, Project
+from fakegithub import FakeGitHub
+from test_fakegithub import make_key_pair
+
+from fastci.app import jobs
+from fastci.app.events import Work
+
+REPO, INSTALLATION, APP_ID, NUMBER = "octo/calc", 41, 5150, 3
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    client = redis_lib.Redis.from_url("redis://127.0.0.1:6379/0")
+    try:
+        client.ping()
+    except redis_lib.exceptions.ConnectionError:
+        pytest.skip("no Redis on 127.0.0.1:6379 (.ci/run starts one)")
+    remote = Project(tmp_path / "remote" / REPO)
+    remote.write(LIBRARY)
+    base = remote.commit("calc")
+    workspace = tmp_path / "workspace"
+    remote.fastci("record", "-q", "--store", str(workspace / "evidence.db"), "--", "-q",
+                  "-p", "no:cacheprovider")
+    remote.edit("calc/norms.py", "return", "return  ")  # whitespace: same fingerprint
+    head = remote.commit("format")
+    keys = make_key_pair()
+    key_file = tmp_path / "key.pem"
+    key_file.write_text(keys.private)
+    prefix = f"fastci-cmd-{uuid.uuid4().hex[:8]}"
+    for name, value in {"FASTCI_APP_ID": str(APP_ID), "FASTCI_APP_PRIVATE_KEY_FILE": str(key_file),
+                        "FASTCI_WORKSPACE": str(workspace), "FASTCI_QUEUE_PREFIX": prefix,
+                        "FASTCI_CLONE_URL": str(tmp_path / "remote") + "/{repo}",
+                        "FASTCI_REDIS_URL": "redis://127.0.0.1:6379/0"}.items():
+        monkeypatch.setenv(name, value)
+    with FakeGitHub() as fake:
+        monkeypatch.setenv("FASTCI_GITHUB_URL", fake.url)
+        fake.register_app(APP_ID, keys.public)
+        fake.add_repo(REPO, installation_id=INSTALLATION)
+        yield fake, client, prefix, base, head
+    for key in client.scan_iter(f"*{prefix}*"):
+        client.delete(key)
+
+
+def command(fake, body: str, user: str) -> tuple[Work, int]:
+    comment = fake.add_comment(REPO, NUMBER, body, user=user)
+    return Work("command", REPO, INSTALLATION, number=NUMBER, comment_id=comment,
+                sender=user, body=body), comment
+
+
+def replies(fake) -> list[str]:
+    return [c["body"] for c in fake.comments(REPO, NUMBER) if not c["body"].startswith("/")]
+
+
+def test_a_fork_waits_for_ok_to_test_from_a_writer(world):
+    fake, client, prefix, base, head = world
+    fake.add_pull(REPO, NUMBER, head_sha=head, base_sha=base, head_repo="mallory/calc")
+    fake.set_permission(REPO, "mallory", "read")
+    fake.set_permission(REPO, "maintainer", "write")
+    pr = Work("pull_request", REPO, INSTALLATION, number=NUMBER, head_sha=head, base_sha=base,
+              head_repo="mallory/calc", sender="mallory")
+    assert jobs.handle(pr.to_json(), "d1")["status"] == "action_required"
+    [run] = fake.check_runs(REPO)
+    assert run["conclusion"] == "action_required"
+    assert "/fastci ok-to-test" in run["output"]["summary"]
+    assert not (jobs.load().workspace / "mirrors").exists()  # its code was never fetched
+
+    # The fork's author cannot approve itself.
+    work, comment = command(fake, "/fastci ok-to-test", "mallory")
+    assert jobs.handle(work.to_json(), "d2") == {"command": "ok-to-test", "allowed": False}
+    assert "write access" in replies(fake)[-1]
+    assert [r["content"] for r in fake.reactions(comment)] == ["eyes"]
+    assert not client.exists(f"{prefix}:ok-to-test:{REPO}:{head}")
+
+    # A maintainer can; the approval is for this head, and the run is queued.
+    work, _ = command(fake, "/fastci ok-to-test", "maintainer")
+    assert jobs.handle(work.to_json(), "d3")["allowed"] is True
+    assert client.get(f"{prefix}:ok-to-test:{REPO}:{head}") == b"maintainer"
+    assert f"approved `{head[:12]}`" in replies(fake)[-1]
+    from rq import Queue
+
+    [queued] = Queue(f"{prefix}-cpu", connection=client).jobs
+    assert Work.from_json(queued.args[0]).head_sha == head
+
+
+def test_help_unknown_and_refusals(world):
+    fake, client, prefix, base, head = world
+    fake.add_pull(REPO, NUMBER, head_sha=head, base_sha=base)
+    fake.set_permission(REPO, "writer", "write")
+    fake.set_permission(REPO, "reader", "read")
+    work, _ = command(fake, "/fastci help", "writer")
+    jobs.handle(work.to_json(), "h1")
+    assert "/fastci run all" in replies(fake)[-1]
+    work, _ = command(fake, "/fastci deploy everything", "writer")
+    jobs.handle(work.to_json(), "h2")
+    assert "I don't know `/fastci deploy everything`" in replies(fake)[-1]
+    assert "/fastci explain" in replies(fake)[-1]
+    work, _ = command(fake, "/fastci run all", "reader")
+    assert jobs.handle(work.to_json(), "h3")["allowed"] is False
+    assert "write access" in replies(fake)[-1]
+    work, _ = command(fake, "/fastci run all", "stranger")  # no permission entry at all
+    assert jobs.handle(work.to_json(), "h4")["allowed"] is False
+
+
+def test_explain_answers_with_the_selection(world):
+    fake, client, prefix, base, head = world
+    fake.add_pull(REPO, NUMBER, head_sha=head, base_sha=base)
+    fake.set_permission(REPO, "writer", "admin")
+    work, _ = command(fake, "/fastci explain tests/test_norms.py::test_rms", "writer")
+    jobs.handle(work.to_json(), "e1")
+    answer = replies(fake)[-1]
+    assert "tests/test_norms.py::test_rms: skipped" in answer
+    assert "nothing it executed or read changed" in answer
+    work, _ = command(fake, "/fastci explain tests/nope.py::test_x", "writer")
+    jobs.handle(work.to_json(), "e2")
+    assert "no test `tests/nope.py::test_x`" in replies(fake)[-1]
