@@ -137,6 +137,8 @@ def cmd_demo(args, pytest_args) -> int:
     from fastci.demo import DemoError, DemoUsageError, run_demo  # noqa: PLC0415
     from fastci.runner.engine import RunError  # noqa: PLC0415
 
+    if args.app:
+        return _demo_app(args)
     try:
         outcomes = run_demo(args.workdir, args.out, jobs=args.jobs, only=args.only)
     except DemoUsageError as exc:
@@ -147,6 +149,18 @@ def cmd_demo(args, pytest_args) -> int:
     if missed:
         print(f"fastci demo: {missed} known failing test(s) were not selected", file=sys.stderr)
         return EXIT_FAILED
+    return EXIT_OK
+
+
+def _demo_app(args) -> int:
+    from fastci.demo_app import AppDemoError, run_app_demo  # noqa: PLC0415
+
+    if args.only and len(args.only) > 1:
+        raise CliError("--app runs one change: give --only once")
+    try:
+        run_app_demo(args.workdir, (args.only or ["rope_bug"])[0])
+    except (AppDemoError, FileNotFoundError) as exc:
+        raise CliError(str(exc), EXIT_PYTEST) from None
     return EXIT_OK
 
 
