@@ -42,10 +42,11 @@ class Capture:
     size: int = 0
     why: str | None = None
     out: dict = field(default_factory=dict)  # output fingerprints at record time
+    env: dict = field(default_factory=dict)  # variables the session set (TRITON_INTERPRET)
 
     def to_json(self) -> dict:
         return {"index": self.index, "module": self.module, "digest": self.digest,
-                "size": self.size, "why": self.why, "out": self.out}
+                "size": self.size, "why": self.why, "out": self.out, "env": self.env}
 
 
 class ModuleCapture:
@@ -61,6 +62,7 @@ class ModuleCapture:
         self._test: str | None = None
         self._seen: dict[tuple, weakref.ref] = {}
         self._used = 0
+        self._environ = dict(getattr(recorder, "environ", os.environ))  # as the session began
         self.captures: dict[str, list[Capture]] = {}
         self.blobs: dict[str, Path] = {}  # digest -> spilled file
 
@@ -127,7 +129,8 @@ class ModuleCapture:
                 recorder.switch_derived(test, enclosing)
         self._seen[key] = weakref.ref(module)
         captures = self.captures[test]
-        capture = Capture(index=len(captures), module=_qualname(type(module)))
+        capture = Capture(index=len(captures), module=_qualname(type(module)),
+                          env=self._session_environment())
         captures.append(capture)
         with recorder.untraced():
             self._save(capture, module, args, kwargs)
@@ -145,6 +148,15 @@ class ModuleCapture:
                 except Exception as exc:  # noqa: BLE001 - any failure: not replayable
                     capture.digest, capture.why = None, f"output not fingerprintable: {exc}"
         return out
+
+    def _session_environment(self) -> dict:
+        """Variables set or changed since the session started (a conftest's
+        TRITON_INTERPRET=1): code may read them at import, so the replay needs them too.
+        Names that look like credentials are never kept."""
+        changed = {k: v for k, v in os.environ.items() if self._environ.get(k) != v}
+        return {k: v for k, v in sorted(changed.items())
+                if not k.startswith(_SESSION_NOISE)
+                and not any(w in k.upper() for w in ("TOKEN", "SECRET", "PASSWORD", "KEY"))}
 
     def _save(self, capture: Capture, module, args, kwargs) -> None:
         import torch  # noqa: PLC0415
@@ -185,12 +197,16 @@ def _qualname(cls: type) -> str:
 
 
 def _signature(module, args, kwargs) -> tuple:
-    """What makes two calls of one module different contexts: mode, and argument shapes."""
+    """What makes two calls of one module different contexts: mode, autocast, the module's
+    plain attributes (a policy object set between two calls changes its control flow), and
+    the arguments' shapes and plain values. Tensor values are not part of it: the steps of a
+    training loop are one context (lines only later calls reach keep a test, see prune.py)."""
     import torch  # noqa: PLC0415
 
     from .tensors import walk  # noqa: PLC0415
 
-    parts: list = [module.training, torch.is_grad_enabled()]
+    parts: list = [module.training, torch.is_grad_enabled(), _autocast_state(torch),
+                   _attributes(module)]
     for path, leaf in walk((args, kwargs)):
         if isinstance(leaf, torch.Tensor):
             parts.append((path, str(leaf.dtype), tuple(leaf.shape), leaf.device.type,
@@ -200,6 +216,49 @@ def _signature(module, args, kwargs) -> tuple:
         else:
             parts.append((path, type(leaf).__qualname__))
     return tuple(parts)
+
+
+def _autocast_state(torch) -> tuple:
+    out = []
+    for device in ("cpu", "cuda"):
+        try:
+            if torch.is_autocast_enabled(device):
+                out.append((device, str(torch.get_autocast_dtype(device))))
+        except (RuntimeError, TypeError, AttributeError):
+            continue
+    return tuple(out)
+
+
+# Set by pytest and coverage per test or per process: not the code's environment.
+_SESSION_NOISE = ("PYTEST_", "COV_CORE_", "COVERAGE_", "_")
+
+_SKIP_ATTRIBUTES = {"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set",
+                    "_backward_pre_hooks", "_backward_hooks", "_forward_hooks",
+                    "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
+                    "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_state_dict_hooks",
+                    "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
+                    "_load_state_dict_post_hooks", "training"}
+_PLAIN = (int, float, bool, str, type(None))
+
+
+def _attributes(module) -> tuple:
+    """A shallow, cheap summary of a module's own non-tensor attributes."""
+    out = []
+    for key, value in vars(module).items():
+        if key in _SKIP_ATTRIBUTES:
+            continue
+        if isinstance(value, _PLAIN):
+            out.append((key, value))
+        elif isinstance(value, (tuple, list, frozenset, set)) and len(value) <= 64 and all(
+                isinstance(v, _PLAIN) for v in value):
+            out.append((key, type(value).__name__, tuple(sorted(map(repr, value)))))
+        elif hasattr(value, "__dict__") and not callable(value) and not hasattr(value, "shape"):
+            plain = tuple(sorted((k, repr(v)[:64]) for k, v in list(vars(value).items())[:32]
+                                 if isinstance(v, _PLAIN)))
+            out.append((key, type(value).__qualname__, id(value), plain))
+        elif not hasattr(value, "shape"):
+            out.append((key, type(value).__qualname__))
+    return tuple(out)
 
 
 def repo_paths(root: str) -> list[str]:

@@ -42,6 +42,10 @@ class Candidate:
     modules: Mapping[str, str]  # digest -> module class
     recorded: Mapping[str, dict]  # digest -> output fingerprints recorded in the test
     classes: tuple[tuple[str, str, tuple[str, ...]], ...] = ()  # must override nothing
+    lines: Mapping[str, Mapping[str, list[int]]] = field(default_factory=dict)
+    """digest -> the lines the test ran in that call (the old replay must run them all)."""
+    env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """digest -> environment variables the test session had set (TRITON_INTERPRET=1)."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,9 @@ def candidates(selection: Selection, snapshot, old_inventories
         out.append(Candidate(decision.test_id, tuple(sorted(needed)),
                              {d: c["module"] for d, c in caps.items()},
                              {d: c["out"] for d, c in caps.items()},
-                             tuple(decision.prune_conditions)))
+                             tuple(decision.prune_conditions),
+                             {d: c.get("lines", {}) for d, c in caps.items()},
+                             {d: c.get("env", {}) for d, c in caps.items()}))
     return out, kept
 
 
@@ -135,8 +141,9 @@ def prune(repo: Repo, store, selection: Selection, snapshot, head: str, head_tre
     tolerance = mode == "tolerance"
     with tempfile.TemporaryDirectory(prefix="fastci-replay-") as tmp:
         replays = _Replays(repo, store, snapshot, head, head_tree, Path(tmp), mode)
+        envs = {d: dict(cand.env.get(d, {})) for cand in found for d in cand.captures}
         replays.run(digests, classes, sorted({p for c in _all_captures(snapshot, found)
-                                              for p in c}))
+                                              for p in c}), envs)
     pruned, head_lines = {}, {}
     decisions = {d.test_id: d for d in selection.decisions}
     for cand in found:
@@ -171,7 +178,21 @@ class _Replays:
         self.overrides: dict[str, dict] = {}
         self.missing: set[str] = set()
 
-    def run(self, digests: list[str], classes: list, sys_path: list[str]) -> None:
+    def run(self, digests: list[str], classes: list, sys_path: list[str],
+            envs: dict[str, dict] | None = None) -> None:
+        """Replay `digests`, one pair of processes per distinct session environment."""
+        envs = envs or {}
+        groups: dict[str, list[str]] = defaultdict(list)
+        for digest in digests:
+            groups[json.dumps(sorted(envs.get(digest, {}).items()))].append(digest)
+        if not groups:
+            groups["[]"] = []
+        for i, (key, members) in enumerate(sorted(groups.items())):
+            self._run_group(members, classes if i == 0 else [], sys_path,
+                            dict(json.loads(key)), f"g{i}")
+
+    def _run_group(self, digests: list[str], classes: list, sys_path: list[str], env: dict,
+                   tag: str) -> None:
         tolerance = self.mode == "tolerance"
         old_key, new_key = _tree_key(self.snapshot.tree), _tree_key(self.head_tree)
         blobs = {}
@@ -188,7 +209,7 @@ class _Replays:
             self.new = _cached(self.store, blobs, new_key, self.mode)
         todo_old = {d: p for d, p in blobs.items() if d not in self.old}
         todo_new = {d: p for d, p in blobs.items() if d not in self.new}
-        tensors = self.tmp / "tensors"
+        tensors = self.tmp / f"tensors-{tag}"
         tensors.mkdir()
         old_root = self._root(self.snapshot.tree, "old", todo_old, self.old) \
             if todo_old else None
@@ -196,17 +217,18 @@ class _Replays:
                               worktree=self.head == WORKTREE) if (todo_new or classes) else None
         jobs = []
         if old_root:
-            jobs.append(("old", _start(self.tmp, "old", old_root, todo_old, sys_path,
-                                       save=tensors if tolerance else None)))
+            jobs.append(("old", _start(self.tmp, f"old-{tag}", old_root, todo_old, sys_path,
+                                       trace=True, save=tensors if tolerance else None,
+                                       env=env)))
         if new_root and not tolerance:
-            jobs.append(("new", _start(self.tmp, "new", new_root, todo_new, sys_path,
-                                       trace=True, overrides=classes)))
+            jobs.append(("new", _start(self.tmp, f"new-{tag}", new_root, todo_new, sys_path,
+                                       trace=True, overrides=classes, env=env)))
         for name, job in jobs:
             self._collect(name, _finish(job))
         if new_root and tolerance:  # after the old replay: it compares against its tensors
-            self._collect("new", _finish(_start(self.tmp, "new", new_root, todo_new, sys_path,
-                                                trace=True, compare=tensors,
-                                                overrides=classes)))
+            self._collect("new", _finish(_start(self.tmp, f"new-{tag}", new_root, todo_new,
+                                                sys_path, trace=True, compare=tensors,
+                                                overrides=classes, env=env)))
         if not tolerance:
             self.store.save_replay_results(
                 {f"{d}:{old_key}:{self.mode}": r for d, r in self.old.items()
@@ -217,6 +239,8 @@ class _Replays:
     def _root(self, tree, name: str, todo: dict, results: dict, worktree: bool = False):
         if worktree:
             return str(self.repo.root)
+        if (self.tmp / name).exists():
+            return str(self.tmp / name)  # written out for an earlier group
         try:
             return _materialize(self.repo, tree, self.tmp / name)
         except _CannotReplay as exc:
@@ -257,6 +281,11 @@ def _judge(cand: Candidate, replays: _Replays, tolerance: bool) -> tuple[str | N
             return (f"replaying {name} under the evidence's own code did not reproduce what "
                     f"the test computed ({', '.join(drift[:3])}): the call depends on more "
                     "than its module and arguments"), {}
+        unrun = _lines_not_replayed(cand.lines.get(digest, {}), before.get("lines"))
+        if unrun:
+            return (f"replaying {name} under the evidence's own code did not run {unrun}, "
+                    "which the test ran in that call: the replay took another path (an "
+                    "environment or global state it cannot see)"), {}
         if tolerance:
             close = after.get("close", {})
             bad = [p for p, v in close.items() if v != "ok"] or ([] if close else ["*"])
@@ -275,6 +304,17 @@ def _judge(cand: Candidate, replays: _Replays, tolerance: bool) -> tuple[str | N
     return None, {"mode": "tolerance" if tolerance else "exact", "replayed": replayed,
                   "classes": checked,
                   "replay_seconds": round(sum(r["replay_seconds"] for r in replayed), 4)}
+
+
+def _lines_not_replayed(recorded: Mapping[str, list[int]], replayed) -> str | None:
+    """The first file:lines the test ran in a call that its replay did not, if any."""
+    if replayed is None:
+        return "any traced line" if recorded else None
+    for path, lines in sorted(recorded.items()):
+        missing = set(lines) - set(replayed.get(path, ()))
+        if missing:
+            return f"{path}:{_span(missing)}"
+    return None
 
 
 def differences(before: Mapping[str, dict], after: Mapping[str, dict]) -> list[str]:
@@ -359,7 +399,7 @@ def _materialize(repo: Repo, tree: Mapping[str, str], dest: Path) -> str:
 
 def _start(tmp: Path, name: str, root: str, captures: dict, sys_path: list[str], *,
            trace: bool = False, save: Path | None = None, compare: Path | None = None,
-           overrides=()):
+           overrides=(), env: dict | None = None):
     request = {"root": root, "captures": {d: str(p) for d, p in captures.items()},
                "overrides": [list(c) for c in overrides],
                "sys_path": sys_path, "trace": trace, "out": str(tmp / f"{name}.json"),
@@ -367,8 +407,8 @@ def _start(tmp: Path, name: str, root: str, captures: dict, sys_path: list[str],
                "compare_to": str(compare) if compare else None}
     request_file = tmp / f"{name}-request.json"
     request_file.write_text(json.dumps(request))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COV_CORE")}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("COV_CORE")},
+           **(env or {}), "PYTHONDONTWRITEBYTECODE": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "fastci.runner.replay", str(request_file)],
                             cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     return proc, Path(request["out"]), captures

@@ -80,6 +80,7 @@ class Recorder:
         self.repo = repo
         self.root = str(repo.root)
         self.tree = repo.tree(WORKTREE)  # the code under test, as the session starts
+        self.environ = dict(os.environ)  # before conftest files set anything
         self.context = SESSION_CONTEXT
         self.files: dict[str, set[str]] = defaultdict(set)
         self.dirs: dict[str, set[str]] = defaultdict(set)
