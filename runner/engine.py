@@ -25,6 +25,7 @@ from .plan import make_plan
 from .recorder import Recording, blob_sha, recording_from_json
 from .report import RunReport, Selection, TestResult
 from .select import History, SelectionInput, select
+from .redis_store import is_redis_url, open_store
 from .store import EvidenceStore
 
 DEFAULT_BRANCHES = ("origin/HEAD", "origin/main", "origin/master", "main", "master")
@@ -49,11 +50,15 @@ class Engine:
         # Given settings win: the GitHub App reads them from the trusted base commit.
         self.settings = settings or config.load(self.repo.root)
         # [tool.fastci] store, or FASTCI_STORE; relative paths are the repository's.
-        self.store_path = Path(store_path) if store_path else self.repo.root / self.settings.store
+        location = store_path or self.settings.store
+        if is_redis_url(location):
+            self.store_path = str(location)  # a shared store for a fleet of runners
+        else:
+            self.store_path = self.repo.root / location if not store_path else Path(store_path)
         self.progress = progress or (lambda message: None)
 
     def open_store(self, create: bool = True) -> EvidenceStore:
-        return EvidenceStore(self.store_path, create=create)
+        return open_store(self.store_path, create=create)
 
     # -- which evidence ------------------------------------------------------------------------
     def find_evidence(self, store: EvidenceStore, base: str | None, head: str, env_digest: str

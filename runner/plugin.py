@@ -177,13 +177,17 @@ class _Session:
         if self.recorder is None:
             return
         from .recorder import recording_to_json  # noqa: PLC0415
-        from .store import EvidenceStore, StoreError  # noqa: PLC0415
+        from .redis_store import is_redis_url, open_store  # noqa: PLC0415
+        from .store import StoreError  # noqa: PLC0415
 
         out = self.config.getoption("fastci_out")
-        store_path = (self.config.getoption("fastci_store")
-                      or self.recorder.repo.root / self.settings.store)
+        # --fastci-store as given (relative to the working directory); else [tool.fastci]
+        # store, relative to the repository; a redis:// URL is a fleet's shared store.
+        store_path = self.config.getoption("fastci_store") or self.settings.store
+        if not is_redis_url(store_path) and not self.config.getoption("fastci_store"):
+            store_path = self.recorder.repo.root / store_path
         try:
-            with EvidenceStore(store_path) as store:
+            with open_store(store_path) as store:
                 recording = self.recorder.finish(store)
                 if out:
                     data = recording_to_json(recording, self.failures)

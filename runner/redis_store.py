@@ -1,0 +1,248 @@
+"""The evidence store in Redis, behind the same interface as the SQLite one.
+
+A fleet of runners shares one store this way: any runner can select for any commit. Keys
+(all under a prefix, default `fastci:evidence`) mirror the SQLite tables: content-addressed
+inventories, trees, evidence payloads, line maps and captures; a hash per snapshot and one
+of its tests; history as capped lists. Losing it costs time (everything runs once more),
+never safety: a commit without evidence selects every test.
+
+    --store redis://host:6379/0            (or FASTCI_STORE, or [tool.fastci] store)
+    --store redis://host:6379/0?prefix=team-a
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Iterable
+from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+from .environment import Environment
+from .evidence import Snapshot, TestRecord, pack, pack_lines, unpack, unpack_lines
+from .store import SCHEMA_VERSION, StoreError, _inventory_from_json, _inventory_to_json
+
+HISTORY_LIMIT = 200  # outcomes kept per test
+
+
+def is_redis_url(location) -> bool:
+    return str(location).startswith(("redis://", "rediss://", "unix://"))
+
+
+class RedisEvidenceStore:
+    def __init__(self, url: str, *, create: bool = True, client=None) -> None:
+        import redis  # noqa: PLC0415
+
+        parts = urlsplit(url)
+        query = parse_qs(parts.query)
+        self.prefix = (query.pop("prefix", ["fastci:evidence"])[0]).rstrip(":")
+        self.url = urlunsplit(parts._replace(query=""))
+        self._r = client or redis.Redis.from_url(self.url, socket_timeout=10,
+                                                 socket_connect_timeout=5)
+        try:
+            version = self._r.get(self._k("schema_version"))
+            if version is None:
+                if not create:
+                    raise StoreError(f"no FastCI evidence under {self.prefix!r} in {self.url}")
+                self._r.set(self._k("schema_version"), SCHEMA_VERSION, nx=True)
+            elif int(version) != SCHEMA_VERSION:
+                raise StoreError(f"the evidence in {self.url} under {self.prefix!r} has schema "
+                                 f"version {int(version)}, this FastCI uses {SCHEMA_VERSION}: "
+                                 "use another prefix, or delete the old keys")
+        except redis.RedisError as exc:
+            raise StoreError(f"evidence store {self.url} is unreachable: {exc}") from None
+
+    def _k(self, *parts: str) -> str:
+        return ":".join((self.prefix, *parts))
+
+    def close(self) -> None:
+        self._r.close()
+
+    def __enter__(self) -> "RedisEvidenceStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- content-addressed blobs ------------------------------------------------------------
+    def _put(self, kind: str, items: dict) -> None:
+        if items:
+            pipe = self._r.pipeline(transaction=False)
+            for key, data in items.items():
+                pipe.set(self._k(kind, key), data, nx=True)
+            pipe.execute()
+
+    def _get_many(self, kind: str, keys: Iterable[str]) -> dict[str, bytes]:
+        keys = list(dict.fromkeys(keys))
+        if not keys:
+            return {}
+        values = self._r.mget([self._k(kind, k) for k in keys])
+        return {k: v for k, v in zip(keys, values) if v is not None}
+
+    def save_inventories(self, inventories) -> None:
+        self._put("inv", {blob: pack(_inventory_to_json(fb)) for blob, fb in inventories.items()})
+
+    def load_inventories(self, blobs):
+        return {b: _inventory_from_json(unpack(d)) for b, d in self._get_many("inv", blobs).items()}
+
+    def save_captures(self, files: dict[str, Path]) -> None:
+        for digest, path in files.items():
+            if not self._r.exists(self._k("cap", digest)):
+                self._r.set(self._k("cap", digest), Path(path).read_bytes())
+
+    def load_capture(self, digest: str) -> bytes | None:
+        return self._r.get(self._k("cap", digest))
+
+    def replay_result(self, key: str) -> dict | None:
+        data = self._r.get(self._k("replay", key))
+        return unpack(data) if data is not None else None
+
+    def save_replay_results(self, results: dict[str, dict]) -> None:
+        pipe = self._r.pipeline(transaction=False)
+        for key, value in results.items():
+            pipe.set(self._k("replay", key), pack(value))
+        pipe.execute()
+
+    # -- snapshots ------------------------------------------------------------------------------
+    def save_snapshot(self, snap: Snapshot) -> None:
+        tree_data = pack(dict(snap.tree))
+        tree_digest = hashlib.sha256(tree_data).hexdigest()
+        evidence, lines, rows = {}, {}, {}
+        for test in snap.tests.values():
+            payload = test.payload()
+            digest = hashlib.sha256(payload).hexdigest()
+            evidence[digest] = payload
+            lines_digest = None
+            if test.lines is not None:
+                packed = pack_lines(test.lines)
+                lines_digest = hashlib.sha256(packed).hexdigest()
+                lines[lines_digest] = packed
+            rows[test.test_id] = json.dumps([test.outcome, test.duration, digest, lines_digest,
+                                             list(test.markers), test.dimension,
+                                             test.peak_memory, test.cuda, test.carried_from])
+        self._put("tree", {tree_digest: tree_data})
+        self._put("ev", evidence)
+        self._put("lines", lines)
+        env = snap.environment
+        key = self._k("snap", snap.commit, env.digest)
+        meta = {"env_json": env.to_json(), "tree": tree_digest,
+                "import_time": json.dumps(snap.import_time, sort_keys=True),
+                "session_files": json.dumps(snap.session_files, sort_keys=True),
+                "created_at": repr(snap.created_at or time.time()), "source": snap.source}
+        pipe = self._r.pipeline(transaction=True)
+        pipe.delete(key, key + ":tests")
+        pipe.hset(key, mapping=meta)
+        if rows:
+            pipe.hset(key + ":tests", mapping=rows)
+        pipe.zadd(self._k("commits", snap.commit), {env.digest: float(meta["created_at"])})
+        pipe.sadd(self._k("envs", env.digest), snap.commit)
+        pipe.sadd(self._k("all-commits"), snap.commit)
+        pipe.execute()
+
+    def snapshot_envs(self, commit: str) -> list[tuple[str, Environment]]:
+        out = []
+        for env in self._r.zrevrange(self._k("commits", commit), 0, -1):
+            env = env.decode()
+            text = self._r.hget(self._k("snap", commit, env), "env_json")
+            if text is not None:
+                out.append((env, Environment.from_json(text.decode())))
+        return out
+
+    def commits_with_evidence(self, env_digest: str | None = None) -> set[str]:
+        key = self._k("all-commits") if env_digest is None else self._k("envs", env_digest)
+        return {c.decode() for c in self._r.smembers(key)}
+
+    def load_snapshot(self, commit: str, env_digest: str, *, with_lines: bool = False
+                      ) -> Snapshot | None:
+        key = self._k("snap", commit, env_digest)
+        meta = {k.decode(): v.decode() for k, v in self._r.hgetall(key).items()}
+        if not meta:
+            return None
+        tree = self._get_many("tree", [meta["tree"]]).get(meta["tree"])
+        if tree is None:
+            raise StoreError(f"the evidence of {commit[:12]} in {self.url} lost its tree; "
+                             "record again")
+        rows = {t.decode(): json.loads(v) for t, v in self._r.hgetall(key + ":tests").items()}
+        payloads = self._get_many("ev", {r[2] for r in rows.values()})
+        line_blobs = self._get_many("lines", {r[3] for r in rows.values() if r[3]}) \
+            if with_lines else {}
+        tests = {}
+        for test_id, (outcome, duration, digest, lines_digest, markers, dimension, peak, cuda,
+                      carried) in rows.items():
+            if digest not in payloads:
+                continue  # an evicted payload: the test counts as new (it runs)
+            test = TestRecord.from_payload(
+                payloads[digest], test_id=test_id, outcome=outcome, duration=duration,
+                markers=tuple(markers), dimension=dimension, peak_memory=peak,
+                cuda=bool(cuda), carried_from=carried)
+            if with_lines and lines_digest in line_blobs:
+                test = replace(test, lines=unpack_lines(line_blobs[lines_digest]))
+            tests[test_id] = test
+        return Snapshot(commit=commit, environment=Environment.from_json(meta["env_json"]),
+                        tree=unpack(tree), tests=tests,
+                        import_time=json.loads(meta["import_time"]),
+                        session_files=json.loads(meta["session_files"]),
+                        created_at=float(meta["created_at"]), source=meta["source"],
+                        env_key=env_digest)
+
+    # -- history ------------------------------------------------------------------------------
+    def add_history(self, commit: str, env_digest: str, results: Iterable[TestRecord],
+                    changed_paths: Iterable[str] = (), flaky: Iterable[str] = ()) -> None:
+        results, flaky = list(results), set(flaky)
+        changed = sorted(set(changed_paths))
+        pipe = self._r.pipeline(transaction=False)
+        for r in results:
+            entry = json.dumps([commit, r.outcome, r.duration, r.test_id in flaky])
+            pipe.lpush(self._k("hist", r.test_id), entry)
+            pipe.ltrim(self._k("hist", r.test_id), 0, HISTORY_LIMIT - 1)
+            pipe.hset(self._k("durations"), r.test_id, r.duration)
+            pipe.sadd(self._k("tested"), r.test_id)
+        for path in changed:
+            pipe.hincrby(self._k("changes"), path, 1)
+            for r in results:
+                if r.failed and r.test_id not in flaky:
+                    pipe.hincrby(self._k("cofail", path), r.test_id, 1)
+        pipe.execute()
+
+    def _history(self, test_ids) -> dict[str, list]:
+        test_ids = list(test_ids)
+        pipe = self._r.pipeline(transaction=False)
+        for t in test_ids:
+            pipe.lrange(self._k("hist", t), 0, -1)
+        return {t: [json.loads(e) for e in entries]
+                for t, entries in zip(test_ids, pipe.execute())}
+
+    def outcomes(self, limit_per_test: int = 50) -> dict[str, list[str]]:
+        tested = [t.decode() for t in self._r.smembers(self._k("tested"))]
+        out = {}
+        for test_id, entries in self._history(tested).items():
+            kept = [outcome for _, outcome, _, flaky in entries if not flaky][:limit_per_test]
+            if kept:
+                out[test_id] = kept
+        return out
+
+    def durations(self) -> dict[str, float]:
+        return {t.decode(): float(d) for t, d in self._r.hgetall(self._k("durations")).items()}
+
+    def cofailure_rates(self, paths: Iterable[str]) -> dict[str, dict[str, float]]:
+        rates: dict[str, dict[str, float]] = {}
+        for path in set(paths):
+            runs = int(self._r.hget(self._k("changes"), path) or 0)
+            for test_id, failures in self._r.hgetall(self._k("cofail", path)).items():
+                rates.setdefault(test_id.decode(), {})[path] = int(failures) / max(runs, 1)
+        return rates
+
+    def flip_history(self, test_ids: Iterable[str]) -> dict[str, list[tuple[str, str]]]:
+        return {t: [(commit, outcome) for commit, outcome, _, _ in entries]
+                for t, entries in self._history(set(test_ids)).items() if entries}
+
+
+def open_store(location, *, create: bool = True):
+    """The store at `location`: a redis:// URL, else an SQLite file."""
+    if is_redis_url(location):
+        return RedisEvidenceStore(str(location), create=create)
+    from .store import EvidenceStore  # noqa: PLC0415
+
+    return EvidenceStore(location, create=create)
