@@ -50,10 +50,11 @@ class AppSettings:
     max_body_bytes: int = 25 * 2**20  # GitHub caps payloads at 25 MB
     queue_prefix: str = "fastci"
     gpus: int = 1  # GPU queues the selection shards over (one worker each)
+    store: str | None = None  # FASTCI_STORE: a redis:// URL shares evidence across machines
 
     @property
-    def store_path(self) -> Path:
-        return self.workspace / "evidence.db"
+    def store_path(self) -> Path | str:
+        return self.store or self.workspace / "evidence.db"
 
     def require_github(self) -> None:
         missing = [name for name, value in (("FASTCI_APP_ID", self.app_id),
@@ -98,4 +99,5 @@ def load(environ: dict | None = None) -> AppSettings:
         max_body_bytes=_int(env, "FASTCI_MAX_BODY_BYTES", AppSettings.max_body_bytes),
         queue_prefix=env.get("FASTCI_QUEUE_PREFIX", AppSettings.queue_prefix),
         gpus=_int(env, "FASTCI_GPUS", AppSettings.gpus),
+        store=env.get("FASTCI_STORE") or None,
     )
