@@ -230,7 +230,7 @@ def _autocast_state(torch) -> tuple:
 
 
 # Set by pytest and coverage per test or per process: not the code's environment.
-_SESSION_NOISE = ("PYTEST_", "COV_CORE_", "COVERAGE_", "_")
+_SESSION_NOISE = ("PYTEST_", "COV_CORE_", "COVERAGE_", "TORCHINDUCTOR_CACHE_DIR", "_")
 
 _SKIP_ATTRIBUTES = {"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set",
                     "_backward_pre_hooks", "_backward_hooks", "_forward_hooks",

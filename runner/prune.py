@@ -205,8 +205,8 @@ class _Replays:
             blobs[digest].parent.mkdir(exist_ok=True)
             blobs[digest].write_bytes(data)
         if not tolerance:  # a tolerance replay compares tensors, which are not cached
-            self.old = _cached(self.store, blobs, old_key, self.mode)
-            self.new = _cached(self.store, blobs, new_key, self.mode)
+            self.old.update(_cached(self.store, blobs, old_key, self.mode))
+            self.new.update(_cached(self.store, blobs, new_key, self.mode))
         todo_old = {d: p for d, p in blobs.items() if d not in self.old}
         todo_new = {d: p for d, p in blobs.items() if d not in self.new}
         tensors = self.tmp / f"tensors-{tag}"

@@ -65,7 +65,8 @@ NET = {
         from net.layers import MODE, Contextual, Gate, Scale, Stack, double
 
 
-        def test_scale():
+        def test_scale(monkeypatch):
+            monkeypatch.setenv("NET_MODE", "fast")  # replayed in an environment of its own
             torch.manual_seed(0)
             m = Scale(4)
             x = torch.randn(3, 4, requires_grad=True)
@@ -143,6 +144,8 @@ def test_an_equivalent_change_is_pruned_with_its_evidence(net):
             assert call["before"] == call["after"]
             assert any(p.startswith("grads") for p in call["before"])
         assert tests[test_id]["reasons"][0].startswith("pruned: ")
+    # test_scale's calls were replayed with NET_MODE set, test_stack_trains's without: two
+    # pairs of replay processes, both pruned.
     # The training test made six Scale calls; two (one per instance) were replayed.
     assert len(tests[STACK]["pruned"]["replayed"]) == 2
     explained = net.fastci("explain", "-q", SCALE).stdout
