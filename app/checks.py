@@ -74,8 +74,9 @@ def change_annotations(selection: Selection, changed_blocks: dict, spans: dict,
 
 def regressions_output(results: list[TestResult], *, shards: int, shards_done: int,
                        done: bool, coverage=None, blocking: bool = True) -> CheckRunOutput:
-    failures = sorted((r for r in results if r.outcome in ("failed", "error")),
+    failures = sorted((r for r in results if r.outcome in ("failed", "error") and not r.flaky),
                       key=lambda r: r.test_id)
+    flaky = sorted((r for r in results if r.flaky), key=lambda r: r.test_id)
     passed = [r for r in results if r.outcome not in ("failed", "error")]
     label = "blocking dimensions" if blocking else "background dimensions, never blocking"
     if done:
@@ -84,7 +85,8 @@ def regressions_output(results: list[TestResult], *, shards: int, shards_done: i
     else:
         title = f"running: {shards_done}/{shards} shards, {len(failures)} failed so far"
     summary = _env.get_template("regressions.md.j2").render(
-        done=done, failures=failures, passed=passed, ran=len(results), shards=shards,
+        done=done, failures=failures, flaky=flaky, passed=passed, ran=len(results),
+        shards=shards,
         shards_done=shards_done, coverage=coverage, dimension_label=label)
     annotations = [_failure_annotation(r) for r in failures if r.failure and
                    r.failure.get("path") and r.failure.get("line")]
@@ -118,7 +120,7 @@ def _runs(lines) -> list[tuple[int, int]]:
 
 
 def conclusion(results: list[TestResult], blocking: bool = True) -> str:
-    failed = any(r.outcome in ("failed", "error") for r in results)
+    failed = any(r.outcome in ("failed", "error") and not r.flaky for r in results)
     if not failed:
         return "success"
     return "failure" if blocking else "neutral"

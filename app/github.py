@@ -115,6 +115,24 @@ class CheckRuns:
     def __init__(self, repo) -> None:
         self.repo = repo
 
+    def find(self, name: str, head_sha: str, external_id: str):
+        """The check run of this name on this commit made for `external_id`, if any: a job
+        that runs again (a retry, a redelivery) continues its runs instead of adding some."""
+        _, data = retrying(lambda: self.repo._requester.requestJsonAndCheck(
+            "GET", f"{self.repo.url}/commits/{head_sha}/check-runs",
+            parameters={"check_name": name, "filter": "all", "per_page": 100}))
+        for run in data.get("check_runs", []):
+            if run.get("external_id") == external_id:
+                return retrying(lambda run=run: self.repo.get_check_run(run["id"]))
+        return None
+
+    def open(self, name: str, head_sha: str, external_id: str, **kwargs):
+        """`find`, else `create` (with `external_id`)."""
+        found = self.find(name, head_sha, external_id)
+        if found is not None:
+            return found
+        return self.create(name, head_sha, external_id=external_id, **kwargs)
+
     def create(self, name: str, head_sha: str, *, status: str = "in_progress",
                output: CheckRunOutput | None = None, conclusion: str | None = None,
                actions: list[dict] | None = None, external_id: str | None = None):

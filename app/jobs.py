@@ -10,14 +10,17 @@ with their own job publishing "FastCI background", and stores fresh evidence for
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import socket
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from redis import Redis
-
+from rq import Queue
 from rq.job import Job
 
 from fastci.runner import config as runner_config
@@ -27,6 +30,7 @@ from fastci.runner.gitrepo import WORKTREE
 from fastci.runner.recorder import recording_from_json
 from fastci.runner.report import Decision, TestResult
 from fastci.runner.shard import split
+from fastci.runner.store import EvidenceStore, StoreError
 
 from . import checks, github, workspace
 from .events import RERUN_FAILED, RUN_ALL, Work
@@ -72,7 +76,7 @@ def handle(work_json: dict, delivery: str) -> dict:
                 "repos": list(work.repos)}
     ctx = Context.create(work)
     if work.kind == "pull_request":
-        return run_pull_request(ctx, work)
+        return run_pull_request(ctx, work, delivery)
     if work.kind == "refresh":
         return refresh(ctx, work)
     if work.kind == "command":
@@ -83,7 +87,9 @@ def handle(work_json: dict, delivery: str) -> dict:
 
 
 # -- pull requests ----------------------------------------------------------------------------
-def run_pull_request(ctx: Context, work: Work) -> dict:
+def run_pull_request(ctx: Context, work: Work, delivery: str = "") -> dict:
+    """Idempotent per delivery: a retried job (or a redelivery) reopens the same check runs
+    (their external_id is the delivery), and one whose regressions run completed is done."""
     pr = github.retrying(lambda: ctx.repo.get_pull(work.number))
     head_repo = pr.head.repo.full_name if pr.head.repo is not None else None
     fork = head_repo is None or head_repo.lower() != work.repo.lower()
@@ -101,8 +107,13 @@ def run_pull_request(ctx: Context, work: Work) -> dict:
                         f"head commit (`{head_sha[:12]}`). The approval holds for this commit "
                         "only; a new push needs a new one."))
         return {"status": "action_required", "head": head_sha}
-    selection_run = runs.create(checks.SELECTION, head_sha, output=github.CheckRunOutput(
+    key = (delivery or f"{work.mode}-{head_sha}")[:64]
+    done = runs.find(checks.REGRESSIONS, head_sha, key)
+    if done is not None and done.status == "completed":
+        return {"status": "already completed", "head": head_sha}
+    selection_run = runs.open(checks.SELECTION, head_sha, key, output=github.CheckRunOutput(
         "Selecting tests…", "FastCI is comparing this change with the recorded evidence."))
+    watch(ctx, work, selection_run, SELECTION_DEADLINE)
     token = _token(ctx, work)
     mirror = workspace.sync(ctx.settings.workspace, work.repo,
                             ctx.settings.clone_url.format(repo=work.repo), [base_sha, head_sha],
@@ -110,11 +121,12 @@ def run_pull_request(ctx: Context, work: Work) -> dict:
     with workspace.worktree(mirror, head_sha) as tree:
         settings = _base_settings(mirror, base_sha)
         engine = Engine(tree, ctx.settings.store_path, settings=settings)
-        planned = engine.plan(base=base_sha, head=WORKTREE, prune=work.mode == "select")
+        planned, store_problem = _plan(engine, base_sha, work.mode == "select")
         selection = planned.selection
         chosen = _chosen(ctx, selection, work.mode, engine)
         runs.update(selection_run, conclusion="success",
                     output=checks.selection_output(selection, _change_notes(planned)))
+        unwatch(ctx, selection_run)
         blocking = [d for d in chosen if settings.is_blocking(d.dimension) or d.new]
         background = [d for d in chosen if d not in blocking]
         known = sorted({*(planned.snapshot.tests if planned.snapshot else ()),
@@ -125,23 +137,67 @@ def run_pull_request(ctx: Context, work: Work) -> dict:
         if background:
             ids = _enqueue_shards(ctx, [background], request, background=True)
             ctx.queues.cpu.enqueue("fastci.app.jobs.follow_background", work.to_json(),
-                                   head_sha, ids, job_timeout=SHARD_TIMEOUT)
-        regressions = runs.create(checks.REGRESSIONS, head_sha, output=checks.regressions_output(
-            [], shards=0, shards_done=0, done=False))
+                                   head_sha, ids, key, job_timeout=SHARD_TIMEOUT)
+        regressions = runs.open(checks.REGRESSIONS, head_sha, key,
+                                output=checks.regressions_output([], shards=0, shards_done=0,
+                                                                 done=False))
+        watch(ctx, work, regressions, RUN_DEADLINE)
         shards = split(blocking, ctx.settings.gpus)
         ids = _enqueue_shards(ctx, shards, request)
         results, recordings, collected = _follow(ctx, work, head_sha, ids, runs, regressions)
         if results is None:
             return {"status": "superseded", "head": head_sha}
-        with engine.open_store() as store:
-            engine.store_results(store, planned, recordings, collected)
-            coverage = _coverage(engine, store, planned, mirror, base_sha, head_sha)
+        coverage = None
+        if store_problem is None:
+            try:
+                with engine.open_store() as store:
+                    engine.store_results(store, planned, recordings, collected,
+                                         flaky={r.test_id for r in results if r.flaky})
+                    coverage = _coverage(engine, store, planned, mirror, base_sha, head_sha)
+            except StoreError as exc:
+                store_problem = str(exc)
         final = checks.regressions_output(results, shards=len(ids), shards_done=len(ids),
                                           done=True, coverage=coverage)
+        if store_problem:
+            final.summary = (f"> Evidence was not stored: {store_problem}. The next change "
+                             "runs everything; nothing is skipped on doubt.\n\n" + final.summary)
         runs.update(regressions, output=final, conclusion=checks.conclusion(results),
                     actions=checks.ACTIONS)
+        unwatch(ctx, regressions)
     return {"status": "completed", "head": head_sha, "selected": len(chosen),
             "failed": sum(r.outcome in ("failed", "error") for r in results)}
+
+
+def _plan(engine: Engine, base_sha: str, prune: bool):
+    """The plan, or, when the evidence store cannot be read, every test with the reason."""
+    try:
+        return engine.plan(base=base_sha, head=WORKTREE, prune=prune), None
+    except StoreError as exc:
+        problem = str(exc)
+    with tempfile.TemporaryDirectory(prefix="fastci-nostore-") as tmp:
+        planned = engine.plan(base=base_sha, head=WORKTREE,
+                              store=EvidenceStore(Path(tmp) / "empty.db"))
+    reason = f"the evidence store could not be read ({problem}): every test runs"
+    planned.selection = replace(planned.selection, select_all_reason=reason)
+    return planned, problem
+
+
+# -- the watchdog's list: runs that must end by a deadline --------------------------------------
+SELECTION_DEADLINE = 30 * 60
+RUN_DEADLINE = 8 * 3600
+
+
+def watch(ctx: Context, work: Work, run, seconds: float) -> None:
+    entry = json.dumps({"repo": work.repo, "installation": work.installation_id,
+                        "id": run.id, "name": run.name})
+    ctx.redis.zadd(ctx.queues.key("open-runs"), {entry: time.time() + seconds})
+
+
+def unwatch(ctx: Context, run) -> None:
+    key = ctx.queues.key("open-runs")
+    for entry in ctx.redis.zrange(key, 0, -1):
+        if json.loads(entry)["id"] == run.id:
+            ctx.redis.zrem(key, entry)
 
 
 def _token(ctx: Context, work: Work) -> str | None:
@@ -194,9 +250,15 @@ def _enqueue_shards(ctx: Context, shards: list[list[Decision]], request: dict,
 
 def _follow(ctx: Context, work: Work, head_sha: str, ids: list[str], runs, run,
             blocking: bool = True):
-    """Wait for the shards, publishing as each finishes; None if a newer head came."""
+    """Wait for the shards, publishing as each finishes; None if a newer head came. A shard
+    whose worker died is run again (at most MAX_SHARD_RUNS times in all)."""
     pending, results, recordings, collected = list(ids), [], [], []
+    total = len(ids)
     while pending:
+        for job_id in list(pending):
+            again = _rerun_if_orphaned(ctx, job_id)
+            if again is not None:
+                pending[pending.index(job_id)] = again
         if _superseded(ctx, work, head_sha):
             for job_id in pending:
                 Job.fetch(job_id, connection=ctx.redis).cancel()
@@ -222,11 +284,55 @@ def _follow(ctx: Context, work: Work, head_sha: str, ids: list[str], runs, run,
         if finished:
             pending = [j for j in pending if j not in finished]
             runs.update(run, output=checks.regressions_output(
-                results, shards=len(ids), shards_done=len(ids) - len(pending),
+                results, shards=total, shards_done=total - len(pending),
                 done=not pending, blocking=blocking))
         else:
             time.sleep(POLL)
     return results, recordings, collected
+
+
+MAX_SHARD_RUNS = 3
+
+
+def _rerun_if_orphaned(ctx: Context, job_id: str) -> str | None:
+    """A new job id if `job_id`'s worker died while running it (the shard is enqueued again,
+    on the same queue, for any worker listening there), else None."""
+    job = Job.fetch(job_id, connection=ctx.redis)
+    status = job.get_status(refresh=True)
+    abandoned = status == "failed" and "abandoned" in (_job_error(job) or "").lower()
+    if status != "started" and not abandoned:
+        return None
+    if status == "started" and _worker_alive(ctx, job):
+        return None
+    runs_so_far = job.meta.get("shard_runs", 1)
+    if runs_so_far >= MAX_SHARD_RUNS:
+        return None
+    log.warning("shard %s lost its worker; running it again (%d)", job_id, runs_so_far + 1)
+    queue = Queue(job.origin, connection=ctx.redis)
+    again = queue.enqueue("fastci.runner.shard.run_shard", job.args[0],
+                          job_timeout=SHARD_TIMEOUT, result_ttl=SEEN_TTL, failure_ttl=SEEN_TTL,
+                          meta={"shard_runs": runs_so_far + 1, "replaces": job_id},
+                          description=f"{job.description} (run again)")
+    try:
+        job.cancel()
+    except Exception:  # noqa: BLE001 - a started job may refuse; it is replaced either way
+        pass
+    return again.id
+
+
+def _worker_alive(ctx: Context, job: Job) -> bool:
+    host, pid = job.meta.get("host"), job.meta.get("pid")
+    if host == socket.gethostname() and pid:
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    if job.worker_name:  # another machine: its worker's key expires when it stops beating
+        return ctx.redis.exists(f"rq:worker:{job.worker_name}") > 0
+    return True
 
 
 def _job_error(job: Job) -> str:
@@ -246,19 +352,27 @@ def _collect(shard: dict, job: Job, results, recordings, collected, blocking: bo
     recording, failures = recording_from_json(data)
     recordings.append(recording)
     collected += data.get("collected", list(recording.tests))
+    flaky = set(shard.get("flaky", ()))
     for test_id in recording.order:
         t = recording.tests[test_id]
+        if test_id in flaky:  # failed, then passed on the rerun: reported, never blocking
+            results.append(TestResult(test_id, "failed", t.duration, t.dimension,
+                                      shard.get("flaky_failures", {}).get(test_id),
+                                      flaky=True, blocking=blocking))
+            continue
         results.append(TestResult(test_id, t.outcome, t.duration, t.dimension,
                                   failures.get(test_id), blocking=blocking))
 
 
-def follow_background(work_json: dict, head_sha: str, ids: list[str]) -> dict:
+def follow_background(work_json: dict, head_sha: str, ids: list[str], key: str = "") -> dict:
     """Publish the background dimensions' shards as their own, never-blocking check run."""
     work = Work.from_json(work_json)
     ctx = Context.create(work)
     runs = github.CheckRuns(ctx.repo)
-    run = runs.create(checks.BACKGROUND, head_sha, output=checks.regressions_output(
-        [], shards=len(ids), shards_done=0, done=False, blocking=False))
+    run = runs.open(checks.BACKGROUND, head_sha, key or f"bg-{head_sha}",
+                    output=checks.regressions_output([], shards=len(ids), shards_done=0,
+                                                     done=False, blocking=False))
+    watch(ctx, work, run, RUN_DEADLINE)
     results, _, _ = _follow(ctx, work, head_sha, ids, runs, run, blocking=False)
     if results is None:
         return {"status": "superseded"}
@@ -266,6 +380,7 @@ def follow_background(work_json: dict, head_sha: str, ids: list[str]) -> dict:
                 output=checks.regressions_output(results, shards=len(ids),
                                                  shards_done=len(ids), done=True,
                                                  blocking=False))
+    unwatch(ctx, run)
     return {"status": "completed", "ran": len(results)}
 
 

@@ -188,6 +188,17 @@ def cmd_worker(args, pytest_args) -> int:
     return EXIT_OK
 
 
+def cmd_watchdog(args, pytest_args) -> int:
+    from fastci.app.settings import SettingsError  # noqa: PLC0415
+    from fastci.app.watchdog import run  # noqa: PLC0415
+
+    try:
+        run(interval=args.interval, once=args.once)
+    except SettingsError as exc:
+        raise CliError(str(exc)) from None
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fastci",
@@ -277,6 +288,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--burst", action="store_true", help="stop when the queues are empty")
     p.add_argument("--name", default=None, help="worker name (default: RQ's)")
     p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("watchdog", help="conclude stale check runs; redeliver failed webhooks",
+                       description="Every --interval seconds: conclude FastCI check runs left "
+                                   "in progress past their deadline, and ask GitHub to "
+                                   "redeliver deliveries that failed before reaching the queue.")
+    p.add_argument("--interval", type=float, default=30.0)
+    p.add_argument("--once", action="store_true", help="one cycle, then exit")
+    p.set_defaults(func=cmd_watchdog)
     return parser
 
 

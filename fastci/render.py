@@ -76,4 +76,6 @@ def run_summary(report: RunReport) -> str:
             where = f"  ({r.failure['path']}:{r.failure['line']})"
         kind = "" if r.blocking else " [background]"
         lines.append(f"  FAILED {r.test_id}{where}{kind}")
+    for r in [r for r in report.results if r.flaky][:20]:
+        lines.append(f"  FLAKY  {r.test_id} (failed, then passed when run again; not counted)")
     return "\n".join(lines)

@@ -248,11 +248,12 @@ class Engine:
                 on_verdict(_report(selection, phases, started))
             recordings = [p.recording for p in phases]
             collected = list(dict.fromkeys(c for p in phases for c in p.collected))
-            self.store_results(store, planned, recordings, collected)
+            self.store_results(store, planned, recordings, collected,
+                               flaky={t for p in phases for t in p.flaky})
         return _report(selection, phases, started)
 
-    def store_results(self, store, planned: Planned, recordings: list, collected: list[str]
-                      ) -> None:
+    def store_results(self, store, planned: Planned, recordings: list, collected: list[str],
+                      flaky: set[str] = frozenset()) -> None:
         """Store the head's evidence after running (some of) a plan's selection: fresh for
         the tests that ran, carried forward for the rest (pruned ones with their replays)."""
         if recordings:
@@ -265,7 +266,7 @@ class Engine:
             snapshot = store.load_snapshot(snapshot.commit, snapshot.env_key, with_lines=True)
             extra = planned.pruning.head_lines if planned.pruning else {}
             store_run(store, self.repo, snapshot, recording, collected, planned.renames,
-                      planned.inputs.changes.paths, replayed_lines=extra,
+                      planned.inputs.changes.paths, flaky=flaky, replayed_lines=extra,
                       head_inventories=planned.inputs.head_inventories)
         else:
             from .carry import store_recording  # noqa: PLC0415
@@ -297,6 +298,30 @@ class Engine:
             data = json.loads(out_file.read_text())
         phase.recording, phase.failures = recording_from_json(data)
         phase.collected = data.get("collected", list(phase.recording.tests))
+        if phase.failures:
+            self._confirm(phase, known, pytest_args, stream)
+
+    def _confirm(self, phase: "_Phase", known: list[str], pytest_args: list[str], stream
+                 ) -> None:
+        """Run each failed test once more: one that passes then is flaky, not a failure."""
+        failed = list(phase.failures)
+        with tempfile.TemporaryDirectory(prefix="fastci-confirm-") as tmp:
+            plan_file, out_file = Path(tmp) / "plan.json", Path(tmp) / "recording.json"
+            plan_file.write_text(json.dumps(make_plan(failed, known, only=True)))
+            self._pytest(["--fastci-record", f"--fastci-plan={plan_file}",
+                          f"--fastci-out={out_file}", f"--fastci-store={self.store_path}",
+                          *pytest_args], stream)
+            if not out_file.exists():
+                return
+            again, _ = recording_from_json(json.loads(out_file.read_text()))
+        for test_id, record in again.tests.items():
+            if test_id in phase.failures and record.outcome == "passed":
+                phase.flaky[test_id] = phase.failures.pop(test_id)
+                phase.recording.tests[test_id] = record
+        if phase.flaky and not phase.failures:
+            phase.recording = replace(phase.recording, first_failure_at=None)
+            if phase.code == 1:
+                phase.code = 0
 
     def _pytest(self, args: list[str], stream) -> int:
         rootdir = [] if any(a.startswith("--rootdir") for a in args) else \
@@ -323,6 +348,7 @@ class _Phase:
     recording: object = None
     failures: dict = field(default_factory=dict)
     collected: list = field(default_factory=list)
+    flaky: dict = field(default_factory=dict)  # test id -> its first failure
 
 
 def _merge(recordings: list) -> "Recording":
@@ -344,8 +370,12 @@ def _report(selection: Selection, phases: list[_Phase], started: float) -> RunRe
         rec = phase.recording
         if rec is None:
             continue
-        results += [TestResult(test_id=t.test_id, outcome=t.outcome, duration=t.duration,
-                               dimension=t.dimension, failure=phase.failures.get(t.test_id),
+        results += [TestResult(test_id=t.test_id,
+                               outcome="failed" if t.test_id in phase.flaky else t.outcome,
+                               duration=t.duration, dimension=t.dimension,
+                               failure=phase.failures.get(t.test_id,
+                                                          phase.flaky.get(t.test_id)),
+                               flaky=t.test_id in phase.flaky,
                                blocking=phase.name == "blocking")
                     for t in (rec.tests[i] for i in rec.order)]
         if rec.first_failure_at is not None and first is None:

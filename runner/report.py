@@ -145,6 +145,7 @@ class RunReport:
         s = self.selection.summary()
         ran = sum(r.duration for r in self.results)
         return {**s, "ran": len(self.results), "failed": len(self.failures),
+                "flaky": sum(1 for r in self.results if r.flaky),
                 "blocking_failed": len(self.blocking_failures), "verdict": self.verdict,
                 "test_seconds_run": round(ran, 3),
                 "actual_seconds_saved": round(max(s["expected_seconds_total"] - ran, 0.0), 3),

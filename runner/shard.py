@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -68,25 +69,68 @@ def _git(cwd: Path | None, *args: str, check: bool = True) -> str:
     return proc.stdout
 
 
+def _mark_running() -> None:
+    """Tell whoever follows this shard where it runs, so a dead worker is noticed."""
+    try:
+        from rq import get_current_job  # noqa: PLC0415
+    except ImportError:
+        return
+    job = get_current_job()
+    if job is not None:
+        job.meta.update(host=socket.gethostname(), pid=os.getpid(), started=time.time())
+        job.save_meta()
+
+
 def run_shard(request: dict) -> dict:
     """Run one shard. request: mirror, sha, tests (ids in order), known (every id the plan
-    may see), store, workspace, and optionally pytest_args and record_all."""
+    may see), store, workspace, and optionally pytest_args and record_all.
+
+    A test that fails is run once more before it counts: if it passes then, it is flaky
+    (listed in `flaky`, its passing record kept, its first failure in `flaky_failures`)."""
     started = time.time()
+    _mark_running()
     workspace = Path(request["workspace"])
     root = checkout(request["mirror"], request["sha"], workspace)
     with tempfile.TemporaryDirectory(prefix="fastci-shard-") as tmp:
-        out = Path(tmp) / "recording.json"
-        args = [sys.executable, "-m", "pytest", f"--rootdir={root}", "-p", "no:cacheprovider",
-                "--fastci-record", f"--fastci-store={request['store']}"]
-        if not request.get("record_all"):
-            plan = Path(tmp) / "plan.json"
-            plan.write_text(json.dumps(make_plan(request["tests"], request.get("known", []),
-                                                 only=True)))
-            args += [f"--fastci-plan={plan}", f"--fastci-out={out}"]
-        args += list(request.get("pytest_args", ()))
-        proc = subprocess.run(args, cwd=root, env=scrubbed_environment(),
-                              capture_output=True, text=True)
-        recording = json.loads(out.read_text()) if out.exists() else None
+        if request.get("record_all"):
+            proc = _pytest(root, request, [], Path(tmp), record_all=True)
+            return {"sha": request["sha"], "exit_code": proc.returncode, "recording": None,
+                    "output_tail": (proc.stdout + proc.stderr)[-4000:],
+                    "seconds": time.time() - started, "worker_pid": os.getpid()}
+        proc = _pytest(root, request, request["tests"], Path(tmp) / "first")
+        recording = _read(Path(tmp) / "first")
+        flaky, flaky_failures = [], {}
+        failed = [t["test_id"] for t in (recording or {}).get("tests", ())
+                  if t["outcome"] in ("failed", "error")]
+        if failed:
+            _pytest(root, request, failed, Path(tmp) / "again")
+            again = _read(Path(tmp) / "again")
+            passed = {t["test_id"]: t for t in (again or {}).get("tests", ())
+                      if t["outcome"] == "passed"}
+            if passed:
+                flaky = sorted(passed)
+                recording["tests"] = [passed.get(t["test_id"], t) for t in recording["tests"]]
+                flaky_failures = {t: recording["failures"].pop(t, None) for t in flaky}
     return {"sha": request["sha"], "exit_code": proc.returncode, "recording": recording,
+            "flaky": flaky, "flaky_failures": flaky_failures,
             "output_tail": (proc.stdout + proc.stderr)[-4000:],
             "seconds": time.time() - started, "worker_pid": os.getpid()}
+
+
+def _pytest(root: Path, request: dict, tests: list[str], tmp: Path,
+            record_all: bool = False) -> subprocess.CompletedProcess:
+    tmp.mkdir(parents=True, exist_ok=True)
+    args = [sys.executable, "-m", "pytest", f"--rootdir={root}", "-p", "no:cacheprovider",
+            "--fastci-record", f"--fastci-store={request['store']}"]
+    if not record_all:
+        plan = tmp / "plan.json"
+        plan.write_text(json.dumps(make_plan(tests, request.get("known", []), only=True)))
+        args += [f"--fastci-plan={plan}", f"--fastci-out={tmp / 'recording.json'}"]
+    args += list(request.get("pytest_args", ()))
+    return subprocess.run(args, cwd=root, env=scrubbed_environment(), capture_output=True,
+                          text=True)
+
+
+def _read(tmp: Path) -> dict | None:
+    out = tmp / "recording.json"
+    return json.loads(out.read_text()) if out.exists() else None

@@ -1,0 +1,93 @@
+"""The watchdog: no check run stays "in progress" forever, no delivery is lost to an outage.
+
+Each cycle it (1) concludes every FastCI check run still open past its deadline (jobs list
+the runs they open, with a deadline, in Redis) as timed out, saying why and what to do; and
+(2) asks GitHub to redeliver the webhook deliveries that failed (a 5xx answer: Redis was down
+or the service restarting) and that never reached the queue, through the App's hook
+deliveries API. Run it as `fastci watchdog` (one per deployment).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from github import GithubException
+from redis import Redis
+
+from . import github
+from .queue import Queues
+from .settings import AppSettings, load
+
+log = logging.getLogger("fastci.app")
+REDELIVERY_WINDOW = 3 * 24 * 3600  # GitHub keeps deliveries for redelivery about 3 days
+TIMED_OUT = ("FastCI stopped hearing from this run before its deadline (a worker or the "
+             "queue was lost). Nothing is assumed to have passed: comment `/fastci retest` or "
+             "press Re-run to run it again.")
+
+
+def conclude_stale_runs(settings: AppSettings, redis: Redis, gi=None, now: float | None = None
+                        ) -> list[int]:
+    """Conclude open runs past their deadline; returns their ids."""
+    queues = Queues(redis, settings.queue_prefix)
+    key = queues.key("open-runs")
+    now = time.time() if now is None else now
+    done = []
+    for raw in redis.zrangebyscore(key, 0, now):
+        entry = json.loads(raw)
+        gi = gi or github.integration(settings)
+        try:
+            repo = github.retrying(lambda: github.for_installation(
+                gi, entry["installation"]).get_repo(entry["repo"]))
+            run = github.retrying(lambda: repo.get_check_run(entry["id"]))
+            if run.status != "completed":
+                github.CheckRuns(repo).update(run, conclusion="timed_out", output=(
+                    github.CheckRunOutput(f"Timed out: {entry['name']}", TIMED_OUT)))
+                done.append(entry["id"])
+        except GithubException as exc:
+            if exc.status not in (404, 410):  # gone: nothing to conclude
+                log.warning("could not conclude check run %s: %s", entry["id"], exc.status)
+                continue
+        redis.zrem(key, raw)
+    return done
+
+
+def redeliver_failed(settings: AppSettings, redis: Redis, gi=None, now: float | None = None
+                     ) -> list[int]:
+    """Ask GitHub to redeliver failed deliveries that never reached the queue."""
+    queues = Queues(redis, settings.queue_prefix)
+    gi = gi or github.integration(settings)
+    now = time.time() if now is None else now
+    _, deliveries = github.retrying(lambda: gi.requester.requestJsonAndCheck(
+        "GET", "/app/hook/deliveries", parameters={"per_page": 100}))
+    asked = []
+    for delivery in deliveries or []:
+        if int(delivery.get("status_code") or 0) < 500 or delivery.get("redelivery"):
+            continue
+        if redis.exists(queues.key("delivery", delivery["guid"])):
+            continue  # it reached the queue after all
+        marker = queues.key("redelivered", str(delivery["id"]))
+        if not redis.set(marker, now, nx=True, ex=REDELIVERY_WINDOW):
+            continue  # asked already
+        github.retrying(lambda d=delivery: gi.requester.requestJsonAndCheck(
+            "POST", f"/app/hook/deliveries/{d['id']}/attempts"))
+        asked.append(delivery["id"])
+        log.info("asked GitHub to redeliver %s (%s)", delivery["guid"], delivery.get("event"))
+    return asked
+
+
+def run(interval: float = 30.0, once: bool = False, settings: AppSettings | None = None) -> None:
+    settings = settings or load()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    redis = Redis.from_url(settings.redis_url)
+    gi = github.integration(settings)
+    while True:
+        try:
+            conclude_stale_runs(settings, redis, gi)
+            redeliver_failed(settings, redis, gi)
+        except Exception as exc:  # noqa: BLE001 - the watchdog outlives outages
+            log.warning("watchdog cycle failed: %s: %s", type(exc).__name__, exc)
+        if once:
+            return
+        time.sleep(interval)
