@@ -25,10 +25,10 @@ from rq.job import Job
 
 from fastci.runner import config as runner_config
 from fastci.runner.coverage_delta import changed_lines, executed, report, statement_lines
-from fastci.runner.engine import Engine
+from fastci.runner.engine import Engine, audit_entry
 from fastci.runner.gitrepo import WORKTREE
 from fastci.runner.recorder import recording_from_json
-from fastci.runner.report import Decision, TestResult
+from fastci.runner.report import Decision, RunReport, TestResult
 from fastci.runner.shard import split
 from fastci.runner.store import EvidenceStore, StoreError
 
@@ -124,6 +124,10 @@ def run_pull_request(ctx: Context, work: Work, delivery: str = "") -> dict:
         planned, store_problem = _plan(engine, base_sha, work.mode == "select")
         selection = planned.selection
         chosen = _chosen(ctx, selection, work.mode, engine)
+        shadow = settings.mode == "shadow" and work.mode == "select"
+        if shadow:  # run everything, the selection first; audit what it would have missed
+            chosen = [*selection.selected, *sorted(
+                (d for d in selection.decisions if not d.selected), key=lambda d: -d.risk)]
         runs.update(selection_run, conclusion="success",
                     output=checks.selection_output(selection, _change_notes(planned)))
         unwatch(ctx, selection_run)
@@ -147,17 +151,28 @@ def run_pull_request(ctx: Context, work: Work, delivery: str = "") -> dict:
         results, recordings, collected = _follow(ctx, work, head_sha, ids, runs, regressions)
         if results is None:
             return {"status": "superseded", "head": head_sha}
-        coverage = None
+        coverage = audit = None
+        if shadow:
+            audit = audit_entry(RunReport(selection=selection, results=tuple(results)),
+                                head_sha, "shadow")
         if store_problem is None:
             try:
                 with engine.open_store() as store:
                     engine.store_results(store, planned, recordings, collected,
                                          flaky={r.test_id for r in results if r.flaky})
                     coverage = _coverage(engine, store, planned, mirror, base_sha, head_sha)
+                    if audit is not None:
+                        store.add_audit(audit)
             except StoreError as exc:
                 store_problem = str(exc)
         final = checks.regressions_output(results, shards=len(ids), shards_done=len(ids),
                                           done=True, coverage=coverage)
+        if audit is not None:
+            missed = ", ".join(f"`{t}`" for t in audit["missed"][:10]) or "none"
+            final.summary = (f"> **Shadow mode:** every test ran. The selection would have run "
+                             f"{audit['selected']} of {audit['total']} and missed "
+                             f"{len(audit['missed'])} failing test(s): {missed}.\n\n"
+                             + final.summary)
         if store_problem:
             final.summary = (f"> Evidence was not stored: {store_problem}. The next change "
                              "runs everything; nothing is skipped on doubt.\n\n" + final.summary)

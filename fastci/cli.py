@@ -188,6 +188,25 @@ def cmd_worker(args, pytest_args) -> int:
     return EXIT_OK
 
 
+def cmd_audit(args, pytest_args) -> int:
+    import time  # noqa: PLC0415
+
+    from fastci.render import audit_table  # noqa: PLC0415
+
+    if args.since_days is not None and args.since_days < 0:
+        raise CliError("--since-days must not be negative")
+    since = time.time() - args.since_days * 86400 if args.since_days is not None else 0.0
+    with _engine(args).open_store(create=False) as store:
+        entries = store.audits(since)
+    if args.json:
+        print(json.dumps(entries, indent=2))
+    else:
+        text = f"in the last {args.since_days:g} days" if args.since_days is not None \
+            else "in the store"
+        print(audit_table(entries, text))
+    return EXIT_FAILED if any(e["missed"] for e in entries) else EXIT_OK
+
+
 def cmd_watchdog(args, pytest_args) -> int:
     from fastci.app.settings import SettingsError  # noqa: PLC0415
     from fastci.app.watchdog import run  # noqa: PLC0415
@@ -288,6 +307,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--burst", action="store_true", help="stop when the queues are empty")
     p.add_argument("--name", default=None, help="worker name (default: RQ's)")
     p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("audit", parents=[common],
+                       help="what the selection would have missed, from shadow and full runs",
+                       description="Escaped failures, GPU-hours saved and time to the first "
+                                   "failure over the audited runs (mode = \"shadow\", or "
+                                   "`fastci run --all`). Exits 1 if any failure escaped.")
+    p.add_argument("--since-days", type=float, default=None, metavar="N")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_audit)
 
     p = sub.add_parser("watchdog", help="conclude stale check runs; redeliver failed webhooks",
                        description="Every --interval seconds: conclude FastCI check runs left "

@@ -76,6 +76,44 @@ def run_summary(report: RunReport) -> str:
             where = f"  ({r.failure['path']}:{r.failure['line']})"
         kind = "" if r.blocking else " [background]"
         lines.append(f"  FAILED {r.test_id}{where}{kind}")
+    audit = report.extra.get("audit")
+    if audit and audit["kind"] == "shadow":
+        lines.append(f"  shadow mode        every test ran; the selection would have run "
+                     f"{audit['selected']} and missed {len(audit['missed'])} failure(s)"
+                     + (": " + ", ".join(audit["missed"][:5]) if audit["missed"] else ""))
     for r in [r for r in report.results if r.flaky][:20]:
         lines.append(f"  FLAKY  {r.test_id} (failed, then passed when run again; not counted)")
+    return "\n".join(lines)
+
+
+def audit_table(entries: list[dict], since_text: str) -> str:
+    """`fastci audit`: escaped failures, GPU-hours saved and time to first failure."""
+    if not entries:
+        return (f"no audited runs {since_text}: set mode = \"shadow\" under [tool.fastci] "
+                "(or run `fastci run --all`) to record what the selection would have missed")
+    lines = [f"{'when':<17} {'commit':<12} {'kind':<7} {'selected':>9} {'saved':>8} "
+             f"{'failed':>6} {'escaped':>7} {'1st fail':>8}"]
+    import datetime as _dt  # noqa: PLC0415
+
+    for e in entries:
+        when = _dt.datetime.fromtimestamp(e["at"]).strftime("%Y-%m-%d %H:%M")
+        saved = max(e["total_seconds"] - e["selected_seconds"], 0.0)
+        lines.append(f"{when:<17} {(e.get('commit') or '-')[:12]:<12} {e['kind']:<7} "
+                     f"{e['selected']:>4}/{e['total']:<4} {_seconds(saved):>8} "
+                     f"{len(e['failed']):>6} {len(e['missed']):>7} "
+                     f"{_seconds(e.get('time_to_first_failure')):>8}")
+        for test_id in e["missed"]:
+            lines.append(f"    ESCAPED {test_id}")
+    escaped = sum(len(e["missed"]) for e in entries)
+    failed = sum(len(e["failed"]) for e in entries)
+    saved = sum(max(e["total_seconds"] - e["selected_seconds"], 0.0) for e in entries)
+    total = sum(e["total_seconds"] for e in entries)
+    ttff = sorted(e["time_to_first_failure"] for e in entries
+                  if e.get("time_to_first_failure") is not None)
+    median = ttff[len(ttff) // 2] if ttff else None
+    lines.append("")
+    lines.append(f"{len(entries)} audited runs {since_text}: {escaped} escaped failure(s) of "
+                 f"{failed}; {saved / 3600:.3f} GPU-hours saved of {total / 3600:.3f} "
+                 f"({saved / total if total else 0:.0%}); median time to first failure "
+                 f"{_seconds(median)}")
     return "\n".join(lines)

@@ -36,6 +36,10 @@ class Settings:
     per-dtype tolerances of `fastci.kernels.compare`) or "off"."""
     capture_budget_mb: float = 64.0
     """Bytes of captured module calls kept per test while recording (past it: not replayable)."""
+    mode: str = "enforce"
+    """"enforce": run the selection. "shadow": select, but run every test, and record in the
+    store's audit what the selection would have missed (`fastci audit`): how a team earns
+    trust in FastCI before enforcing it."""
 
     def dimension_of(self, markers: tuple[str, ...] | list[str]) -> str:
         for marker in markers:
@@ -86,6 +90,8 @@ def load(root: Path, environ: dict[str, str] | None = None) -> Settings:
                 raise ConfigError(f"[tool.fastci] {name} must be a number") from None
             if not value >= 0:
                 raise ConfigError(f"[tool.fastci] {name} must not be negative")
+        elif name == "mode" and value not in ("enforce", "shadow"):
+            raise ConfigError(f"[tool.fastci] mode must be 'enforce' or 'shadow', not {value!r}")
         elif name == "prune" and value not in PRUNE_MODES:
             raise ConfigError(f"[tool.fastci] prune must be one of {', '.join(PRUNE_MODES)}, "
                               f"not {value!r}")

@@ -220,16 +220,22 @@ class Engine:
         background dimension (convergence, perf) starts: they never delay it.
         """
         started = time.time()
+        shadow = self.settings.mode == "shadow"
+        run_all = run_all or shadow
         with self.open_store() as store:
             planned = self.plan(base, WORKTREE, store=store, prune=prune)
             selection = planned.selection
             snapshot = planned.snapshot
-            order = [d.test_id for d in (selection.decisions if run_all else selection.selected)]
+            # All of it: the selection first, in risk order, then everything else.
+            rest = sorted((d for d in selection.decisions if not d.selected),
+                          key=lambda d: -d.risk)
+            everything = [*selection.selected, *rest]
+            order = [d.test_id for d in (everything if run_all else selection.selected)]
             known = list(snapshot.tests) if snapshot else []
             blocking = list(self.settings.blocking)
             self.progress(f"running {len(order)} of {len(selection.decisions)} tests, "
                           f"blocking dimensions ({', '.join(blocking)}) first")
-            chosen = [d for d in (selection.decisions if run_all else selection.selected)]
+            chosen = everything if run_all else selection.selected
             # A session costs seconds of start-up (imports, collection): skip one with
             # nothing to run. A new test's dimension is known only from its markers at
             # collection, so new tests keep both sessions.
@@ -250,7 +256,12 @@ class Engine:
             collected = list(dict.fromkeys(c for p in phases for c in p.collected))
             self.store_results(store, planned, recordings, collected,
                                flaky={t for p in phases for t in p.flaky})
-        return _report(selection, phases, started)
+            report = _report(selection, phases, started)
+            if run_all:
+                entry = audit_entry(report, self.repo.head(), "shadow" if shadow else "full")
+                store.add_audit(entry)
+                report.extra["audit"] = entry
+        return report
 
     def store_results(self, store, planned: Planned, recordings: list, collected: list[str],
                       flaky: set[str] = frozenset()) -> None:
@@ -387,6 +398,26 @@ def _report(selection: Selection, phases: list[_Phase], started: float) -> RunRe
     return RunReport(selection=selection, results=tuple(results),
                      wall_seconds=time.time() - started, time_to_first_failure=first,
                      extra={"pytest_exit_codes": codes})
+
+
+def audit_entry(report: RunReport, commit: str | None, kind: str) -> dict:
+    """What a run of everything says about the selection: the failures it would have missed,
+    the test time it would have saved, and how soon its order found the first failure."""
+    selection = report.selection
+    chosen = {d.test_id for d in selection.selected}
+    failed = [r for r in report.failures]
+    missed = [r.test_id for r in failed
+              if r.test_id not in chosen and r.test_id.split("[")[0] not in chosen]
+    ran = {r.test_id: r for r in report.results}
+    selected_seconds = sum(ran[t].duration for t in chosen if t in ran)
+    total_seconds = sum(r.duration for r in report.results)
+    return {"at": time.time(), "commit": commit, "base": selection.base, "kind": kind,
+            "mode": selection.mode, "total": len(selection.decisions),
+            "selected": len(chosen), "selected_seconds": round(selected_seconds, 3),
+            "total_seconds": round(total_seconds, 3),
+            "failed": [r.test_id for r in failed], "missed": missed,
+            "flaky": [r.test_id for r in report.results if r.flaky],
+            "time_to_first_failure": report.time_to_first_failure}
 
 
 class _LazyGraph:

@@ -187,6 +187,14 @@ class RedisEvidenceStore:
                         created_at=float(meta["created_at"]), source=meta["source"],
                         env_key=env_digest)
 
+    # -- audit ----------------------------------------------------------------------------------
+    def add_audit(self, entry: dict) -> None:
+        at = entry.get("at", time.time())
+        self._r.zadd(self._k("audit"), {json.dumps(entry, sort_keys=True): at})
+
+    def audits(self, since: float = 0.0) -> list[dict]:
+        return [json.loads(e) for e in self._r.zrangebyscore(self._k("audit"), since, "+inf")]
+
     # -- history ------------------------------------------------------------------------------
     def add_history(self, commit: str, env_digest: str, results: Iterable[TestRecord],
                     changed_paths: Iterable[str] = (), flaky: Iterable[str] = ()) -> None:

@@ -37,6 +37,7 @@ CREATE TABLE evidence (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE lines (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE captures (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE replays (key TEXT PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS audit (id INTEGER PRIMARY KEY, at REAL NOT NULL, data TEXT NOT NULL);
 CREATE TABLE snapshots (
     id INTEGER PRIMARY KEY,
     commit_sha TEXT NOT NULL,
@@ -139,6 +140,8 @@ class EvidenceStore:
             return self._rebuild(version[0] if version else "unknown")
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA foreign_keys = ON")
+        db.execute("CREATE TABLE IF NOT EXISTS audit (id INTEGER PRIMARY KEY, at REAL NOT NULL, "
+                   "data TEXT NOT NULL)")  # added within schema 2: shadow runs' audit trail
         return db
 
     def _create(self, db: sqlite3.Connection) -> None:
@@ -308,6 +311,16 @@ class EvidenceStore:
             out.update(self._db.execute(
                 f"SELECT digest, data FROM {table} WHERE digest IN ({marks})", chunk))
         return out
+
+    # -- audit: what the selection would have missed (shadow runs, full runs) -----------------
+    def add_audit(self, entry: dict) -> None:
+        with _transaction(self._db):
+            self._db.execute("INSERT INTO audit (at, data) VALUES (?, ?)",
+                             (entry.get("at", time.time()), json.dumps(entry, sort_keys=True)))
+
+    def audits(self, since: float = 0.0) -> list[dict]:
+        return [json.loads(d) for (d,) in self._db.execute(
+            "SELECT data FROM audit WHERE at >= ? ORDER BY at", (since,))]
 
     # -- history: outcomes over time, co-failures -------------------------------------------
     def add_history(self, commit: str, env_digest: str, results: Iterable[TestRecord],
