@@ -1,0 +1,24 @@
+"""gunicorn settings for the FastCI webhook service.
+
+    gunicorn -c deploy/gunicorn.conf.py 'fastci.app.web:create_app()'
+
+The webhook answers in milliseconds (verify, claim, enqueue), so a few threaded workers hold
+hundreds of deliveries a second; everything slow happens in RQ workers.
+"""
+
+import multiprocessing
+import os
+
+bind = os.environ.get("FASTCI_BIND", "127.0.0.1:8000")  # behind a TLS-terminating proxy
+workers = int(os.environ.get("FASTCI_WEB_WORKERS", min(4, multiprocessing.cpu_count())))
+worker_class = "gthread"
+threads = 8
+timeout = 30  # GitHub gives a webhook 10 s
+graceful_timeout = 20
+keepalive = 5
+max_requests = 10000  # recycle workers now and then
+max_requests_jitter = 1000
+accesslog = "-"
+# Never log headers or bodies: they carry signatures and payloads.
+access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms'
+errorlog = "-"
