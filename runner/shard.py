@@ -49,8 +49,12 @@ def scrubbed_environment(environ: dict | None = None) -> dict:
 
 def checkout(mirror: str, sha: str, workspace: Path) -> Path:
     """A worktree at `sha`, from a clone of `mirror` cached in `workspace`."""
+    # One checkout per worker: workers on one machine share the workspace, and two shards
+    # checking out into one folder would trample each other.
+    device = os.environ.get("CUDA_VISIBLE_DEVICES")
+    owner = f"gpu{device}" if device else f"pid{os.getpid()}"
     name = hashlib.sha1(mirror.encode()).hexdigest()[:16]
-    root = workspace / "checkouts" / name
+    root = workspace / "checkouts" / f"{name}-{owner}"
     if not (root / ".git").exists():
         root.parent.mkdir(parents=True, exist_ok=True)
         _git(None, "clone", "-q", "--no-checkout", mirror, str(root))

@@ -196,3 +196,25 @@ def test_the_watchdog_concludes_runs_left_open_and_redelivers_lost_deliveries(wo
     assert watchdog.redeliver_failed(settings, client, gi) == [lost]
     assert watchdog.redeliver_failed(settings, client, gi) == []  # asked once
     assert fake.redeliveries == [lost] and reached not in fake.redeliveries
+
+
+def test_shards_spread_over_several_runners(world, monkeypatch):
+    fake, client, prefix, base, head, workers = world
+    monkeypatch.setenv("FASTCI_GPUS", "3")
+    for gpu in range(3):
+        workers.procs.append(subprocess.Popen(
+            [sys.executable, "-m", "fastci", "worker", "--gpu", str(gpu)],
+            env={**workers.env, "FASTCI_GPUS": "3"}, stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT, start_new_session=True))
+    result = jobs.handle(pull(head, base).to_json(), "delivery-spread")
+    assert result["status"] == "completed" and result["selected"] == 2
+    from rq.job import Job
+    from rq.registry import FinishedJobRegistry
+
+    pids = {}
+    for gpu in range(3):
+        for job_id in FinishedJobRegistry(f"{prefix}-gpu-{gpu}", connection=client).get_job_ids():
+            pids[gpu] = Job.fetch(job_id, connection=client).meta["pid"]
+    assert len(pids) == 2 and len(set(pids.values())) == 2, (pids, result)  # two processes
+    [regressions] = runs_by_name(fake)["FastCI regressions"]
+    assert regressions["conclusion"] == "success"
