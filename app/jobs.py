@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from redis import Redis
+from redis.exceptions import RedisError
 from rq import Queue
 from rq.job import Job
 
@@ -269,41 +270,64 @@ def _follow(ctx: Context, work: Work, head_sha: str, ids: list[str], runs, run,
     whose worker died is run again (at most MAX_SHARD_RUNS times in all)."""
     pending, results, recordings, collected = list(ids), [], [], []
     total = len(ids)
+    outage_since = None
     while pending:
-        for job_id in list(pending):
-            again = _rerun_if_orphaned(ctx, job_id)
-            if again is not None:
-                pending[pending.index(job_id)] = again
-        if _superseded(ctx, work, head_sha):
-            for job_id in pending:
-                Job.fetch(job_id, connection=ctx.redis).cancel()
-            runs.update(run, conclusion="cancelled", output=github.CheckRunOutput(
-                "Superseded by a newer push", "A newer commit was pushed to this pull "
-                "request; its run replaces this one."))
+        try:
+            pending = _poll(ctx, work, head_sha, pending, total, runs, run, blocking,
+                            results, recordings, collected)
+            outage_since = None
+        except RedisError as exc:  # Redis restarting: wait for it, the shards keep running
+            outage_since = outage_since or time.monotonic()
+            if time.monotonic() - outage_since > REDIS_OUTAGE_LIMIT:
+                raise
+            log.warning("Redis unavailable while following shards (%s); waiting", exc)
+            time.sleep(1.0)
+            continue
+        if pending is None:
             return None, None, None
-        finished = []
-        for job_id in pending:
-            job = Job.fetch(job_id, connection=ctx.redis)
-            status = job.get_status(refresh=True)
-            if status == "finished":
-                finished.append(job_id)
-                shard = job.return_value()
-                _collect(shard, job, results, recordings, collected, blocking)
-            elif status in ("failed", "stopped", "canceled"):
-                finished.append(job_id)
-                tests = job.args[0]["tests"]
-                results += [TestResult(t, "error", 0.0, failure={
-                    "path": None, "line": None, "when": "shard",
-                    "message": f"the shard running it {status}: {_job_error(job)}"},
-                    blocking=blocking) for t in tests]
-        if finished:
-            pending = [j for j in pending if j not in finished]
-            runs.update(run, output=checks.regressions_output(
-                results, shards=total, shards_done=total - len(pending),
-                done=not pending, blocking=blocking))
-        else:
-            time.sleep(POLL)
     return results, recordings, collected
+
+
+REDIS_OUTAGE_LIMIT = 600
+
+
+def _poll(ctx: Context, work: Work, head_sha: str, pending: list[str], total: int, runs, run,
+          blocking: bool, results, recordings, collected) -> list[str] | None:
+    """One look at the pending shards; the ones still pending (None: superseded)."""
+    for job_id in list(pending):
+        again = _rerun_if_orphaned(ctx, job_id)
+        if again is not None:
+            pending[pending.index(job_id)] = again
+    if _superseded(ctx, work, head_sha):
+        for job_id in pending:
+            Job.fetch(job_id, connection=ctx.redis).cancel()
+        runs.update(run, conclusion="cancelled", output=github.CheckRunOutput(
+            "Superseded by a newer push", "A newer commit was pushed to this pull "
+            "request; its run replaces this one."))
+        return None
+    finished = []
+    for job_id in pending:
+        job = Job.fetch(job_id, connection=ctx.redis)
+        status = job.get_status(refresh=True)
+        if status == "finished":
+            finished.append(job_id)
+            shard = job.return_value()
+            _collect(shard, job, results, recordings, collected, blocking)
+        elif status in ("failed", "stopped", "canceled"):
+            finished.append(job_id)
+            tests = job.args[0]["tests"]
+            results += [TestResult(t, "error", 0.0, failure={
+                "path": None, "line": None, "when": "shard",
+                "message": f"the shard running it {status}: {_job_error(job)}"},
+                blocking=blocking) for t in tests]
+    if finished:
+        pending = [j for j in pending if j not in finished]
+        runs.update(run, output=checks.regressions_output(
+            results, shards=total, shards_done=total - len(pending),
+            done=not pending, blocking=blocking))
+    else:
+        time.sleep(POLL)
+    return pending
 
 
 MAX_SHARD_RUNS = 3
