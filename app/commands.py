@@ -127,7 +127,8 @@ def explain(ctx, work: Work, pr, test_id: str) -> str:
     from .jobs import _base_settings, _token  # noqa: PLC0415
 
     head_repo = pr.head.repo.full_name if pr.head.repo is not None else None
-    if head_repo is None or head_repo.lower() != work.repo.lower():
+    fork = head_repo is None or head_repo.lower() != work.repo.lower()
+    if fork:
         if not ctx.redis.exists(ctx.approved_key(work.repo, pr.head.sha)):
             return ("this pull request comes from a fork; FastCI explains its selection "
                     "after `/fastci ok-to-test`.")
@@ -138,7 +139,7 @@ def explain(ctx, work: Work, pr, test_id: str) -> str:
     with workspace.worktree(mirror, pr.head.sha) as tree:
         engine = Engine(tree, ctx.settings.store_path,
                         settings=_base_settings(mirror, pr.base.sha))
-        planned = engine.plan(base=pr.base.sha, head=WORKTREE, prune=True)
+        planned = engine.plan(base=pr.base.sha, head=WORKTREE, prune=not fork)
     selection = planned.selection
     ids = [d.test_id for d in selection.decisions]
     match = test_id if test_id in ids else next(

@@ -122,7 +122,8 @@ def run_pull_request(ctx: Context, work: Work, delivery: str = "") -> dict:
     with workspace.worktree(mirror, head_sha) as tree:
         settings = _base_settings(mirror, base_sha)
         engine = Engine(tree, ctx.settings.store_path, settings=settings)
-        planned, store_problem = _plan(engine, base_sha, work.mode == "select")
+        # Pruning replays the change's code on this (credentialed) worker: never a fork's.
+        planned, store_problem = _plan(engine, base_sha, work.mode == "select" and not fork)
         selection = planned.selection
         chosen = _chosen(ctx, selection, work.mode, engine)
         shadow = settings.mode == "shadow" and work.mode == "select"

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from typing import Mapping
 
 from .gitrepo import WORKTREE, Repo
 from .report import Selection
+from .shard import scrubbed_environment
 
 MAX_MATERIALIZE = 256 * 2**20  # bytes of an old tree written out for its replay
 REPLAY_TIMEOUT = 600
@@ -407,7 +407,8 @@ def _start(tmp: Path, name: str, root: str, captures: dict, sys_path: list[str],
                "compare_to": str(compare) if compare else None}
     request_file = tmp / f"{name}-request.json"
     request_file.write_text(json.dumps(request))
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("COV_CORE")},
+    # The replay runs the change's code: it gets no credentials (as test processes get none).
+    env = {**{k: v for k, v in scrubbed_environment().items() if not k.startswith("COV_CORE")},
            **(env or {}), "PYTHONDONTWRITEBYTECODE": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "fastci.runner.replay", str(request_file)],
                             cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
