@@ -58,11 +58,18 @@ NET = {
         class Contextual(nn.Module):
             def forward(self, x):
                 return x * MODE["factor"]
+
+
+        class Secretive(nn.Module):
+            def forward(self, x):
+                import os
+
+                return x * (2.0 if os.environ.get("GITHUB_TOKEN") else 1.0)
     ''',
     "tests/test_net.py": '''
         import torch
 
-        from net.layers import MODE, Contextual, Gate, Scale, Stack, double
+        from net.layers import MODE, Contextual, Gate, Scale, Secretive, Stack, double
 
 
         def test_scale(monkeypatch):
@@ -102,6 +109,10 @@ NET = {
 
         def test_double_directly():
             assert double(torch.ones(1)).item() == 2.0
+
+
+        def test_secretive():
+            assert Secretive()(torch.ones(2)).shape == (2,)
     ''',
 }
 SCALE = "tests/test_net.py::test_scale"
@@ -109,6 +120,7 @@ STACK = "tests/test_net.py::test_stack_trains"
 GATE = "tests/test_net.py::test_gate_both_signs"
 CONTEXT = "tests/test_net.py::test_contextual"
 DOUBLE = "tests/test_net.py::test_double_directly"
+SECRETIVE = "tests/test_net.py::test_secretive"
 
 
 @pytest.fixture(scope="module")
@@ -256,6 +268,16 @@ def test_pruning_off_records_no_captures_and_prunes_nothing(net):
     tests = decisions(net)
     assert tests[SCALE]["decision"] == "selected"
     assert "not pruned" not in net.fastci("explain", "-q", SCALE).stdout
+
+
+def test_replays_never_see_credentials(net):
+    # The replay runs the change's code: it gets the scrubbed environment tests get. Were
+    # GITHUB_TOKEN passed on, the old-code replay would not reproduce what the test computed.
+    net.edit("net/layers.py", 'return x * (2.0 if os.environ.get("GITHUB_TOKEN") else 1.0)',
+             'return (2.0 if os.environ.get("GITHUB_TOKEN") else 1.0) * x')
+    tests = {t["id"]: t for t in Project.select(
+        _with_env(net, GITHUB_TOKEN="ghs_not_for_replays"))["tests"]}
+    assert tests[SECRETIVE]["decision"] == "skipped" and tests[SECRETIVE]["pruned"]
 
 
 class _with_env(Project):
