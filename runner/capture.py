@@ -144,7 +144,7 @@ class ModuleCapture:
                 try:
                     from .tensors import fingerprints  # noqa: PLC0415
 
-                    capture.out = fingerprints(out, "out")
+                    capture.out = fingerprints(out, "out", summaries=False)
                 except Exception as exc:  # noqa: BLE001 - any failure: not replayable
                     capture.digest, capture.why = None, f"output not fingerprintable: {exc}"
         return out

@@ -275,7 +275,9 @@ def _judge(cand: Candidate, replays: _Replays, tolerance: bool) -> tuple[str | N
             if result.get("error"):
                 return f"replaying {name} under {label} failed: {result['error']}", {}
         recorded = cand.recorded[digest]
-        drift = differences({k: v for k, v in before["fingerprints"].items() if k in recorded},
+        # The recording kept hashes only: compare what it kept.
+        drift = differences({k: {f: v.get(f) for f in recorded[k]} if "error" not in v else v
+                             for k, v in before["fingerprints"].items() if k in recorded},
                             recorded)
         if drift:
             return (f"replaying {name} under the evidence's own code did not reproduce what "
