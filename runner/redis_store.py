@@ -12,7 +12,6 @@ never safety: a commit without evidence selects every test.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from dataclasses import replace
@@ -21,8 +20,9 @@ from typing import Iterable
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from .environment import Environment
-from .evidence import Snapshot, TestRecord, pack, pack_lines, unpack, unpack_lines
-from .store import SCHEMA_VERSION, StoreError, _inventory_from_json, _inventory_to_json
+from .evidence import Snapshot, TestRecord, pack, unpack, unpack_lines
+from .store import (SCHEMA_VERSION, StoreError, _inventory_from_json, _inventory_to_json,
+                    snapshot_parts)
 
 HISTORY_LIMIT = 200  # outcomes kept per test
 
@@ -107,21 +107,13 @@ class RedisEvidenceStore:
 
     # -- snapshots ------------------------------------------------------------------------------
     def save_snapshot(self, snap: Snapshot) -> None:
-        tree_data = pack(dict(snap.tree))
-        tree_digest = hashlib.sha256(tree_data).hexdigest()
-        evidence, lines, rows = {}, {}, {}
-        for test in snap.tests.values():
-            payload = test.payload()
-            digest = hashlib.sha256(payload).hexdigest()
-            evidence[digest] = payload
-            lines_digest = None
-            if test.lines is not None:
-                packed = pack_lines(test.lines)
-                lines_digest = hashlib.sha256(packed).hexdigest()
-                lines[lines_digest] = packed
-            rows[test.test_id] = json.dumps([test.outcome, test.duration, digest, lines_digest,
-                                             list(test.markers), test.dimension,
-                                             test.peak_memory, test.cuda, test.carried_from])
+        parts = snapshot_parts(snap)
+        tree_digest, tree_data = parts.tree_digest, parts.tree_data
+        evidence, lines = parts.evidence, parts.lines
+        rows = {test.test_id: json.dumps([test.outcome, test.duration, digest, lines_digest,
+                                          list(test.markers), test.dimension,
+                                          test.peak_memory, test.cuda, test.carried_from])
+                for test, digest, lines_digest in parts.tests}
         self._put("tree", {tree_digest: tree_data})
         self._put("ev", evidence)
         self._put("lines", lines)

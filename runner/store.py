@@ -18,7 +18,7 @@ import os
 import sqlite3
 import time
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -222,21 +222,13 @@ class EvidenceStore:
     # -- snapshots -------------------------------------------------------------------------
     def save_snapshot(self, snap: Snapshot) -> None:
         """Store (or replace) the evidence of one (commit, environment)."""
-        tree_data = pack(dict(snap.tree))
-        tree_digest = hashlib.sha256(tree_data).hexdigest()
-        evidence_rows, line_rows, test_rows = {}, {}, []
-        for test in snap.tests.values():
-            payload = test.payload()
-            digest = hashlib.sha256(payload).hexdigest()
-            evidence_rows[digest] = payload
-            lines_digest = None
-            if test.lines is not None:
-                packed = pack_lines(test.lines)
-                lines_digest = hashlib.sha256(packed).hexdigest()
-                line_rows[lines_digest] = packed
-            test_rows.append((test.test_id, test.outcome, test.duration, digest, lines_digest,
-                              json.dumps(list(test.markers)), test.dimension, test.peak_memory,
-                              int(test.cuda), test.carried_from))
+        parts = snapshot_parts(snap)
+        tree_digest, tree_data = parts.tree_digest, parts.tree_data
+        evidence_rows, line_rows = parts.evidence, parts.lines
+        test_rows = [(test.test_id, test.outcome, test.duration, digest, lines_digest,
+                      json.dumps(list(test.markers)), test.dimension, test.peak_memory,
+                      int(test.cuda), test.carried_from)
+                     for test, digest, lines_digest in parts.tests]
         env = snap.environment
         with _transaction(self._db):
             self._db.execute("INSERT OR IGNORE INTO trees VALUES (?, ?)", (tree_digest, tree_data))
@@ -384,6 +376,34 @@ class EvidenceStore:
                     f"({marks}) ORDER BY id DESC", chunk):
                 out.setdefault(test_id, []).append((commit, outcome))
         return out
+
+
+@dataclass(frozen=True)
+class SnapshotParts:
+    """A snapshot as content-addressed pieces, the same for every store backend."""
+
+    tree_digest: str
+    tree_data: bytes
+    evidence: dict  # digest -> packed payload
+    lines: dict  # digest -> packed line map
+    tests: list  # (TestRecord, evidence digest, lines digest or None)
+
+
+def snapshot_parts(snap: Snapshot) -> SnapshotParts:
+    tree_data = pack(dict(snap.tree))
+    evidence, lines, tests = {}, {}, []
+    for test in snap.tests.values():
+        payload = test.payload()
+        digest = hashlib.sha256(payload).hexdigest()
+        evidence[digest] = payload
+        lines_digest = None
+        if test.lines is not None:
+            packed = pack_lines(test.lines)
+            lines_digest = hashlib.sha256(packed).hexdigest()
+            lines[lines_digest] = packed
+        tests.append((test, digest, lines_digest))
+    return SnapshotParts(hashlib.sha256(tree_data).hexdigest(), tree_data, evidence, lines,
+                         tests)
 
 
 @contextmanager

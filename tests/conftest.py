@@ -220,6 +220,51 @@ def library(project) -> Project:
     return project
 
 
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def redis_or_skip():
+    """A client of the Redis on 127.0.0.1:6379, or a skip that says why."""
+    import redis as redis_lib  # noqa: PLC0415
+
+    client = redis_lib.Redis.from_url(REDIS_URL)
+    try:
+        client.ping()
+    except redis_lib.exceptions.ConnectionError:
+        pytest.skip("no Redis on 127.0.0.1:6379 (.ci/run starts one)")
+    return client
+
+
+@pytest.fixture
+def redis():
+    return redis_or_skip()
+
+
+def app_remote(tmp_path: Path, repo: str, files: dict, edit: tuple[str, str, str]):
+    """A repository as the App finds it on "GitHub": its first commit recorded into the
+    App's workspace store, and a second commit with `edit` (path, old, new). Returns the
+    remote project, the base and head shas, and the workspace."""
+    remote = Project(tmp_path / "remote" / repo)
+    remote.write(files)
+    base = remote.commit("base")
+    workspace = tmp_path / "workspace"
+    remote.fastci("record", "-q", "--store", str(workspace / "evidence.db"), "--", "-q",
+                  "-p", "no:cacheprovider")
+    remote.edit(*edit)
+    head = remote.commit("change")
+    return remote, base, head, workspace
+
+
+def app_key_file(tmp_path: Path):
+    """A fresh App key pair; the private half written to a file (as deployments keep it)."""
+    from test_fakegithub import make_key_pair  # noqa: PLC0415
+
+    keys = make_key_pair()
+    key_file = tmp_path / "app-key.pem"
+    key_file.write_text(keys.private)
+    return keys, key_file
+
+
 def shared_dir(name: str) -> Path:
     path = SHARED / name
     if not path.is_dir():

@@ -162,16 +162,6 @@ def test_writes_retry_transient_errors_but_not_client_errors():
 
 # -- the webhook service: a real WSGI server, real Redis -----------------------------------------
 @pytest.fixture
-def redis():
-    client = redis_lib.Redis.from_url("redis://127.0.0.1:6379/0")
-    try:
-        client.ping()
-    except redis_lib.exceptions.ConnectionError:
-        pytest.skip("no Redis on 127.0.0.1:6379 (.ci/run starts one)")
-    return client
-
-
-@pytest.fixture
 def service(redis, tmp_path):
     prefix = f"fastci-test-{uuid.uuid4().hex[:8]}"
     settings = AppSettings(webhook_secret=Secret(SECRET), workspace=tmp_path,

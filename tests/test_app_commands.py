@@ -6,11 +6,9 @@ from __future__ import annotations
 import uuid
 
 import pytest
-import redis as redis_lib
 
-from conftest import LIBRARY, Project
+from conftest import LIBRARY, app_key_file, app_remote, redis_or_skip
 from fakegithub import FakeGitHub
-from test_fakegithub import make_key_pair
 
 from fastci.app import jobs
 from fastci.app.events import Work
@@ -20,22 +18,10 @@ REPO, INSTALLATION, APP_ID, NUMBER = "octo/calc", 41, 5150, 3
 
 @pytest.fixture
 def world(tmp_path, monkeypatch):
-    client = redis_lib.Redis.from_url("redis://127.0.0.1:6379/0")
-    try:
-        client.ping()
-    except redis_lib.exceptions.ConnectionError:
-        pytest.skip("no Redis on 127.0.0.1:6379 (.ci/run starts one)")
-    remote = Project(tmp_path / "remote" / REPO)
-    remote.write(LIBRARY)
-    base = remote.commit("calc")
-    workspace = tmp_path / "workspace"
-    remote.fastci("record", "-q", "--store", str(workspace / "evidence.db"), "--", "-q",
-                  "-p", "no:cacheprovider")
-    remote.edit("calc/norms.py", "return", "return  ")  # whitespace: same fingerprint
-    head = remote.commit("format")
-    keys = make_key_pair()
-    key_file = tmp_path / "key.pem"
-    key_file.write_text(keys.private)
+    client = redis_or_skip()
+    _, base, head, workspace = app_remote(
+        tmp_path, REPO, LIBRARY, ("calc/norms.py", "return", "return  "))  # formatting
+    keys, key_file = app_key_file(tmp_path)
     prefix = f"fastci-cmd-{uuid.uuid4().hex[:8]}"
     for name, value in {"FASTCI_APP_ID": str(APP_ID), "FASTCI_APP_PRIVATE_KEY_FILE": str(key_file),
                         "FASTCI_WORKSPACE": str(workspace), "FASTCI_QUEUE_PREFIX": prefix,

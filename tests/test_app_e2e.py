@@ -9,21 +9,10 @@ change then gets its selection, regressions and background check runs.
 from __future__ import annotations
 
 import pytest
-import redis as redis_lib
 
 from conftest import shared_dir
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def redis():
-    client = redis_lib.Redis.from_url("redis://127.0.0.1:6379/0")
-    try:
-        client.ping()
-    except redis_lib.exceptions.ConnectionError:
-        pytest.skip("no Redis on 127.0.0.1:6379 (.ci/run starts one)")
-    return client
 
 
 def test_a_pull_request_gets_its_check_runs(tmp_path, redis):

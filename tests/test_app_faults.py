@@ -14,11 +14,9 @@ import time
 import uuid
 
 import pytest
-import redis as redis_lib
 
-from conftest import Project
+from conftest import app_key_file, app_remote, redis_or_skip
 from fakegithub import FakeGitHub
-from test_fakegithub import make_key_pair
 
 from fastci.app import jobs, watchdog
 from fastci.app.events import Work
@@ -45,22 +43,10 @@ FILES = {
 
 @pytest.fixture
 def world(tmp_path, monkeypatch):
-    client = redis_lib.Redis.from_url("redis://127.0.0.1:6379/0")
-    try:
-        client.ping()
-    except redis_lib.exceptions.ConnectionError:
-        pytest.skip("no Redis on 127.0.0.1:6379 (.ci/run starts one)")
-    remote = Project(tmp_path / "remote" / REPO)
-    remote.write(FILES)
-    base = remote.commit("calc")
-    workspace = tmp_path / "workspace"
-    remote.fastci("record", "-q", "--store", str(workspace / "evidence.db"), "--", "-q",
-                  "-p", "no:cacheprovider")
-    remote.edit("pkg/calc.py", "return a + b", "return b + a")
-    head = remote.commit("commute")
-    keys = make_key_pair()
-    key_file = tmp_path / "key.pem"
-    key_file.write_text(keys.private)
+    client = redis_or_skip()
+    _, base, head, workspace = app_remote(tmp_path, REPO, FILES,
+                                          ("pkg/calc.py", "return a + b", "return b + a"))
+    keys, key_file = app_key_file(tmp_path)
     prefix = f"fastci-fault-{uuid.uuid4().hex[:8]}"
     env = {"FASTCI_APP_ID": str(APP_ID), "FASTCI_APP_PRIVATE_KEY_FILE": str(key_file),
            "FASTCI_WORKSPACE": str(workspace), "FASTCI_QUEUE_PREFIX": prefix,

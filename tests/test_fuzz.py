@@ -9,11 +9,10 @@ import string
 import uuid
 
 import pytest
-import redis as redis_lib
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import shared_dir
+from conftest import redis_or_skip, shared_dir
 
 from fastci.app.settings import AppSettings, Secret
 from fastci.app.signature import sign
@@ -30,11 +29,7 @@ json_values = st.recursive(
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
-    redis = redis_lib.Redis.from_url("redis://127.0.0.1:6379/0")
-    try:
-        redis.ping()
-    except redis_lib.exceptions.ConnectionError:
-        pytest.skip("no Redis on 127.0.0.1:6379 (.ci/run starts one)")
+    redis = redis_or_skip()
     prefix = f"fastci-fuzz-{uuid.uuid4().hex[:8]}"
     app = create_app(AppSettings(webhook_secret=Secret(SECRET), queue_prefix=prefix,
                                  max_body_bytes=64 * 1024,

@@ -17,10 +17,9 @@ import uuid
 import pytest
 import redis as redis_lib
 
-from conftest import Project
+from conftest import app_key_file, app_remote
 from fakegithub import FakeGitHub
 from test_app_faults import APP_ID, FILES, INSTALLATION, NUMBER, REPO, pull, runs_by_name
-from test_fakegithub import make_key_pair
 
 from fastci.app.queue import Queues
 
@@ -51,16 +50,9 @@ def test_a_redis_restart_mid_run_still_ends_in_complete_check_runs(tmp_path, mon
     redis_dir.mkdir()
     server = start_redis(port, redis_dir)
     url = f"redis://127.0.0.1:{port}/0"
-    remote = Project(tmp_path / "remote" / REPO)
-    remote.write(FILES)
-    base = remote.commit("calc")
-    workspace = tmp_path / "workspace"
-    remote.fastci("record", "-q", "--store", str(workspace / "evidence.db"), "--", "-q",
-                  "-p", "no:cacheprovider")
-    remote.edit("pkg/calc.py", "return a + b", "return b + a")
-    head = remote.commit("commute")
-    keys = make_key_pair()
-    (tmp_path / "key.pem").write_text(keys.private)
+    _, base, head, workspace = app_remote(tmp_path, REPO, FILES,
+                                          ("pkg/calc.py", "return a + b", "return b + a"))
+    keys, key_file = app_key_file(tmp_path)
     prefix = f"fastci-restart-{uuid.uuid4().hex[:8]}"
     procs = []
     with FakeGitHub() as fake:
@@ -68,7 +60,7 @@ def test_a_redis_restart_mid_run_still_ends_in_complete_check_runs(tmp_path, mon
         fake.add_repo(REPO, installation_id=INSTALLATION)
         fake.add_pull(REPO, NUMBER, head_sha=head, base_sha=base)
         env = {**os.environ, "FASTCI_APP_ID": str(APP_ID),
-               "FASTCI_APP_PRIVATE_KEY_FILE": str(tmp_path / "key.pem"),
+               "FASTCI_APP_PRIVATE_KEY_FILE": str(key_file),
                "FASTCI_WORKSPACE": str(workspace), "FASTCI_QUEUE_PREFIX": prefix,
                "FASTCI_CLONE_URL": str(tmp_path / "remote") + "/{repo}",
                "FASTCI_REDIS_URL": url, "FASTCI_GITHUB_URL": fake.url}
