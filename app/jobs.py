@@ -29,6 +29,7 @@ from fastci.runner.coverage_delta import changed_lines, executed, report, statem
 from fastci.runner.engine import Engine, audit_entry
 from fastci.runner.gitrepo import WORKTREE
 from fastci.runner.recorder import recording_from_json
+from fastci.runner.redis_store import open_store
 from fastci.runner.report import Decision, RunReport, TestResult
 from fastci.runner.shard import split
 from fastci.runner.store import EvidenceStore, StoreError
@@ -479,10 +480,20 @@ def _coverage(engine: Engine, store, planned, mirror: Path, base_sha: str, head_
 
 # -- the default branch -----------------------------------------------------------------------------
 def refresh(ctx: Context, work: Work) -> dict:
-    """A push to the default branch: record the full suite there, on a GPU worker."""
+    """A push to the default branch: the full run. It records the whole suite there (on a
+    GPU worker) and audits the selection: what FastCI would have selected for this push,
+    against what the full run found (`fastci audit`)."""
     mirror = workspace.sync(ctx.settings.workspace, work.repo,
                             ctx.settings.clone_url.format(repo=work.repo), [work.head_sha],
                             token=_token(ctx, work))
+    would = None
+    with workspace.worktree(mirror, work.head_sha) as tree:
+        engine = Engine(tree, ctx.settings.store_path,
+                        settings=_base_settings(mirror, work.head_sha))
+        try:  # the evidence of the nearest ancestor: the previous push
+            would = engine.plan(base=None, head=WORKTREE, prune=True).selection
+        except (StoreError, ValueError) as exc:
+            log.warning("no selection to audit for %s: %s", work.head_sha[:12], exc)
     job = ctx.queues.gpu(0).enqueue(
         "fastci.runner.shard.run_shard",
         {"mirror": str(mirror), "sha": work.head_sha, "tests": [], "record_all": True,
@@ -490,6 +501,34 @@ def refresh(ctx: Context, work: Work) -> dict:
          "workspace": str(ctx.settings.workspace / "runner")},
         job_timeout=SHARD_TIMEOUT, result_ttl=SEEN_TTL, failure_ttl=SEEN_TTL,
         description=f"record {work.repo}@{work.head_sha[:12]}")
-    return {"status": "recording", "job": job.id}
+    status = _wait(ctx, job.id)
+    if status != "finished" or would is None or would.base is None:
+        return {"status": f"recording {status}", "job": job.id, "audited": False}
+    with open_store(ctx.settings.store_path) as store:
+        envs = store.snapshot_envs(work.head_sha)
+        if not envs:
+            return {"status": "recorded nothing", "job": job.id, "audited": False}
+        full = store.load_snapshot(work.head_sha, envs[0][0])
+        results = tuple(TestResult(t.test_id, t.outcome, t.duration, t.dimension)
+                        for t in full.tests.values())
+        entry = audit_entry(RunReport(selection=would, results=results), work.head_sha, "full")
+        store.add_audit(entry)
+    return {"status": "recorded", "job": job.id, "audited": True,
+            "missed": entry["missed"]}
 
 
+def _wait(ctx: Context, job_id: str, limit: float = SHARD_TIMEOUT) -> str:
+    """A job's final status, waiting out Redis restarts and re-running it if orphaned."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            again = _rerun_if_orphaned(ctx, job_id)
+            job_id = again or job_id
+            status = Job.fetch(job_id, connection=ctx.redis).get_status(refresh=True)
+        except RedisError:
+            time.sleep(1.0)
+            continue
+        if status in ("finished", "failed", "stopped", "canceled"):
+            return status
+        time.sleep(POLL)
+    return "timed out"

@@ -204,3 +204,19 @@ def test_shards_spread_over_several_runners(world, monkeypatch):
     assert len(pids) == 2 and len(set(pids.values())) == 2, (pids, result)  # two processes
     [regressions] = runs_by_name(fake)["FastCI regressions"]
     assert regressions["conclusion"] == "success"
+
+
+def test_the_full_run_on_the_default_branch_audits_the_selection(world):
+    fake, client, prefix, base, head, workers = world
+    workers.start()
+    refresh = Work("refresh", REPO, INSTALLATION, head_sha=head, base_ref="main")
+    result = jobs.handle(refresh.to_json(), "delivery-push")
+    assert result["status"] == "recorded" and result["audited"] is True
+    assert result["missed"] == []
+    from fastci.runner.store import EvidenceStore
+
+    with EvidenceStore(load().store_path) as store:
+        [entry] = store.audits()
+        assert head in store.commits_with_evidence()
+    assert entry["kind"] == "full" and entry["commit"] == head and entry["base"] == base
+    assert entry["total"] == 2 and entry["failed"] == []
