@@ -124,6 +124,9 @@ class _Rules:
         self.changed_blocks = changes.blocks
         self.name_hits = blocks_reading(changes, inp.head_inventories)
         self.harmless_classes = self._harmless_class_additions()
+        # Files holding a changed block or a block that reads a changed name: a test's other
+        # files need no per-block look.
+        self.block_paths = {p for p, _ in self.changed_blocks} | {p for p, _ in self.name_hits}
         self.reached: dict[str, set[str]] = {}
         watch = set(changes.unresolved) | set(changes.unparseable)
         self.import_time_changes = []
@@ -180,6 +183,10 @@ class _Rules:
             out.append(f"the test's own code changed ({own[0]}::{own[1]})")
         hits, name_hits, unresolved, keys, conditions = [], [], [], [], set()
         for path, qualnames in test.blocks.items():
+            if path in changes.unresolved:
+                unresolved.append(path)
+            if path not in self.block_paths:
+                continue  # nothing changed in this file's blocks, nothing reads a change here
             for qualname in qualnames:
                 key = (path, qualname)
                 if key in self.changed_blocks:
@@ -193,8 +200,6 @@ class _Rules:
                         keys.append(key)
                     names = ", ".join(sorted(self.name_hits[key]))
                     name_hits.append(f"{path}::{qualname} reads {names}")
-            if path in changes.unresolved:
-                unresolved.append(path)
         units += len(hits) + len(name_hits)
         others = len(out)
         if hits:
