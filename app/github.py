@@ -10,6 +10,7 @@ retries GETs only).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -110,10 +111,26 @@ class CheckRunOutput:
 
 
 class CheckRuns:
-    """Create and update one repository's check runs."""
+    """Create and update one repository's check runs.
+
+    GitHub appends every annotation it is sent, so a run updated as shards finish would
+    show a failure once per update: each annotation is sent once per run."""
 
     def __init__(self, repo) -> None:
         self.repo = repo
+        self._sent: dict[int, set[str]] = {}
+
+    def _unsent(self, run_id: int | None, output: CheckRunOutput | None):
+        if output is None or not output.annotations:
+            return output
+        sent = self._sent.setdefault(run_id, set()) if run_id is not None else set()
+        fresh = []
+        for annotation in output.annotations:
+            key = json.dumps(annotation, sort_keys=True)
+            if key not in sent:
+                sent.add(key)
+                fresh.append(annotation)
+        return CheckRunOutput(output.title, output.summary, output.text, fresh)
 
     def find(self, name: str, head_sha: str, external_id: str):
         """The check run of this name on this commit made for `external_id`, if any: a job
@@ -147,6 +164,7 @@ class CheckRuns:
         if batches:
             kwargs["output"] = batches[0]
         run = retrying(lambda: self.repo.create_check_run(name, head_sha, **kwargs))
+        self._unsent(run.id, output)  # what this request sent counts as sent
         for body in batches[1:]:
             retrying(lambda body=body: run.edit(output=body))
         return run
@@ -160,6 +178,7 @@ class CheckRuns:
             kwargs.update(conclusion=conclusion, status="completed")
         if actions is not None:
             kwargs["actions"] = actions[:MAX_ACTIONS]
+        output = self._unsent(run.id, output)
         batches = output.batches() if output else [None]
         first = batches[0]
         if first is not None:

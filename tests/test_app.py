@@ -304,12 +304,14 @@ def test_check_runs_batch_annotations_against_the_fake(tmp_path):
         fake.fail_next(1, status=502, method="PATCH")
         run = runs.create("FastCI regressions", SHA, output=CheckRunOutput(
             "t", "s" * 70000, "", annotations))
+        extra = [{**a, "message": "new"} for a in annotations[:10]]
         runs.update(run, conclusion="failure", output=CheckRunOutput("done", "ok", "",
-                                                                     annotations[:60]),
+                                                                     annotations[:60] + extra),
                     actions=[{"label": str(i), "identifier": str(i), "description": "d"}
                              for i in range(5)])
         [served] = fake.check_runs(REPO)
         assert served["conclusion"] == "failure"
-        assert len(served["annotations"]) == 180
+        # Each annotation once: the 60 repeated ones are not sent again, the 10 new ones are.
+        assert len(served["annotations"]) == 130
         assert len(served["actions"]) == 3
         assert len(served["output"]["summary"]) <= MAX_TEXT

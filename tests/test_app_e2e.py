@@ -48,6 +48,9 @@ def test_a_pull_request_gets_its_check_runs(tmp_path, redis):
     assert background["conclusion"] == "neutral"
     assert failing(regressions) | failing(background) == expected
     assert failing(background) and all("golden" in t for t in failing(background))
+    for run in (selection, regressions, background):  # streamed updates never repeat one
+        keys = [(a["path"], a["start_line"], a["title"]) for a in run["annotations"]]
+        assert len(keys) == len(set(keys)), run["name"]
     for annotation in regressions["annotations"] + background["annotations"]:
         if annotation["annotation_level"] == "failure":
             assert annotation["path"].startswith("tests/") and annotation["start_line"] > 0
