@@ -138,8 +138,11 @@ def run_pull_request(ctx: Context, work: Work, delivery: str = "") -> dict:
         background = [d for d in chosen if d not in blocking]
         known = sorted({*(planned.snapshot.tests if planned.snapshot else ()),
                         *(d.test_id for d in selection.decisions)})
+        # With the shared store unreadable the tests still run, recording into scratch.
+        store_for_shards = str(ctx.settings.store_path) if store_problem is None else str(
+            ctx.settings.workspace / "scratch" / f"{head_sha[:12]}-{os.getpid()}.db")
         request = {"mirror": str(mirror), "sha": head_sha, "known": known,
-                   "store": str(ctx.settings.store_path),
+                   "store": store_for_shards,
                    "workspace": str(ctx.settings.workspace / "runner")}
         if background:
             ids = _enqueue_shards(ctx, [background], request, background=True)

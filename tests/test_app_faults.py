@@ -220,3 +220,19 @@ def test_the_full_run_on_the_default_branch_audits_the_selection(world):
         assert head in store.commits_with_evidence()
     assert entry["kind"] == "full" and entry["commit"] == head and entry["base"] == base
     assert entry["total"] == 2 and entry["failed"] == []
+
+
+def test_an_unreadable_evidence_store_runs_everything_and_says_why(world):
+    fake, client, prefix, base, head, workers = world
+    workers.start()
+    store = load().store_path
+    store.write_bytes(b"this is not an SQLite database, it was overwritten" * 100)
+    result = jobs.handle(pull(head, base).to_json().copy() | {"mode": "select"}, "d-corrupt")
+    assert result["status"] == "completed" and result["selected"] == 2  # everything
+    runs = runs_by_name(fake)
+    [selection], [regressions] = runs["FastCI selection"], runs["FastCI regressions"]
+    assert "could not be read" in selection["output"]["summary"]
+    assert "every test runs" in selection["output"]["summary"]
+    assert regressions["conclusion"] == "success", regressions["output"]["summary"]
+    assert "Evidence was not stored" in regressions["output"]["summary"]
+    assert store.read_bytes().startswith(b"this is not")  # nothing lost: left untouched
