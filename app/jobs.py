@@ -22,6 +22,7 @@ from pathlib import Path
 from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue
+from rq.exceptions import InvalidJobOperation
 from rq.job import Job
 
 from fastci.runner import config as runner_config
@@ -359,8 +360,8 @@ def _rerun_if_orphaned(ctx: Context, job_id: str) -> str | None:
                           description=f"{job.description} (run again)")
     try:
         job.cancel()
-    except Exception:  # noqa: BLE001 - a started job may refuse; it is replaced either way
-        pass
+    except InvalidJobOperation as exc:  # it finished meanwhile: its result is not awaited
+        log.info("orphaned shard %s could not be cancelled: %s", job_id, exc)
     return again.id
 
 

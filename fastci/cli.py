@@ -166,25 +166,17 @@ def _demo_app(args) -> int:
 
 def cmd_serve(args, pytest_args) -> int:
     from fastci.app.serve import serve  # noqa: PLC0415
-    from fastci.app.settings import SettingsError  # noqa: PLC0415
 
-    try:
-        serve(args.bind, args.workers)
-    except SettingsError as exc:
-        raise CliError(str(exc)) from None
+    serve(args.bind, args.workers)
     return EXIT_OK
 
 
 def cmd_worker(args, pytest_args) -> int:
     from fastci.app.serve import work  # noqa: PLC0415
-    from fastci.app.settings import SettingsError  # noqa: PLC0415
 
     if args.gpu is not None and args.gpu < 0:
         raise CliError("--gpu must be a GPU index (0, 1, ...)")
-    try:
-        work(gpu=args.gpu, cpu=args.cpu, burst=args.burst, name=args.name)
-    except SettingsError as exc:
-        raise CliError(str(exc)) from None
+    work(gpu=args.gpu, cpu=args.cpu, burst=args.burst, name=args.name)
     return EXIT_OK
 
 
@@ -208,13 +200,9 @@ def cmd_audit(args, pytest_args) -> int:
 
 
 def cmd_watchdog(args, pytest_args) -> int:
-    from fastci.app.settings import SettingsError  # noqa: PLC0415
     from fastci.app.watchdog import run  # noqa: PLC0415
 
-    try:
-        run(interval=args.interval, once=args.once)
-    except SettingsError as exc:
-        raise CliError(str(exc)) from None
+    run(interval=args.interval, once=args.once)
     return EXIT_OK
 
 
@@ -335,6 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
+    from fastci.app.settings import SettingsError  # noqa: PLC0415
     from fastci.runner.config import ConfigError  # noqa: PLC0415
     from fastci.runner.gitrepo import GitError  # noqa: PLC0415
     from fastci.runner.store import StoreError  # noqa: PLC0415
@@ -350,7 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StoreError as exc:
         print(f"fastci: error: {exc}", file=sys.stderr)
         return EXIT_STORE
-    except ConfigError as exc:
+    except (ConfigError, SettingsError) as exc:  # [tool.fastci], or the App's FASTCI_* settings
         print(f"fastci: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

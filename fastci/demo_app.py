@@ -186,14 +186,16 @@ class AppLoop:
         return self.deliver("pull_request", opened)
 
     def has_evidence(self) -> bool:
-        from fastci.runner.store import EvidenceStore  # noqa: PLC0415
+        import sqlite3  # noqa: PLC0415
+
+        from fastci.runner.store import EvidenceStore, StoreError  # noqa: PLC0415
 
         if not self.store.exists():
             return False
         try:
             with EvidenceStore(self.store, create=False) as store:
                 return self.base in store.commits_with_evidence()
-        except Exception:  # noqa: BLE001 - still being written
+        except (StoreError, sqlite3.Error):  # being created or written by the worker
             return False
 
     def check_runs(self) -> dict[str, dict]:

@@ -8,40 +8,28 @@ from __future__ import annotations
 import uuid
 
 import pytest
-import redis as redis_lib
 
+from conftest import REDIS_URL as REDIS
 from test_store import snapshot
 
 from fastci.runner.blocks import parse_blocks
 from fastci.runner.redis_store import RedisEvidenceStore, open_store
 from fastci.runner.store import StoreError
 
-REDIS = "redis://127.0.0.1:6379/0"
-
-
-def _redis_up() -> bool:
-    try:
-        return redis_lib.Redis.from_url(REDIS, socket_connect_timeout=0.5).ping()
-    except redis_lib.exceptions.RedisError:
-        return False
-
-
 @pytest.fixture
-def prefix():
+def prefix(redis):
+    """A key prefix of this test's own in the real Redis (skips, saying why, without one)."""
     name = f"fastci-test-ev-{uuid.uuid4().hex[:8]}"
     yield name
-    client = redis_lib.Redis.from_url(REDIS)
-    for key in client.scan_iter(f"{name}:*"):
-        client.delete(key)
+    for key in redis.scan_iter(f"{name}:*"):
+        redis.delete(key)
 
 
 @pytest.fixture(params=["sqlite", "redis"])
-def location(request, tmp_path, prefix):
+def location(request, tmp_path):
     if request.param == "sqlite":
         return tmp_path / "e.db"
-    if not _redis_up():
-        pytest.skip("no Redis on 127.0.0.1:6379 (.ci/run starts one)")
-    return f"{REDIS}?prefix={prefix}"
+    return f"{REDIS}?prefix={request.getfixturevalue('prefix')}"
 
 
 def test_snapshots_round_trip_alike(location):
@@ -99,17 +87,17 @@ def test_history_alike(location):
     assert flips["tests/test_a.py::test_1"] == [("c2", "passed"), ("c1", "failed")]
 
 
-def test_an_unreachable_or_empty_redis_store_is_a_clear_error(prefix):
+def test_an_unreachable_redis_store_is_a_clear_error():
     with pytest.raises(StoreError, match="unreachable"):
         RedisEvidenceStore("redis://127.0.0.1:1/0")
-    if _redis_up():
-        with pytest.raises(StoreError, match="no FastCI evidence"):
-            RedisEvidenceStore(f"{REDIS}?prefix={prefix}", create=False)
+
+
+def test_an_empty_redis_store_read_without_create_is_a_clear_error(prefix):
+    with pytest.raises(StoreError, match="no FastCI evidence"):
+        RedisEvidenceStore(f"{REDIS}?prefix={prefix}", create=False)
 
 
 def test_the_cli_records_and_selects_through_a_redis_store(library, prefix):
-    if not _redis_up():
-        pytest.skip("no Redis on 127.0.0.1:6379 (.ci/run starts one)")
     url = f"{REDIS}?prefix={prefix}"
     library.fastci("record", "-q", "--store", url, "--", "-q", "-p", "no:cacheprovider")
     library.edit("calc/norms.py", "return", "return  ")  # formatting only
