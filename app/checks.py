@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from jinja2 import Environment, PackageLoader
 
-from fastci.runner.report import Selection, TestResult
+from fastci.runner.selection.report import Selection, TestResult
 
 from .github import CheckRunOutput
 

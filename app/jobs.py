@@ -3,7 +3,7 @@
 `handle` is the one entry point the webhook enqueues (on the CPU queue). A pull request's job
 checks out base and head into the workspace, selects with the settings of the trusted base,
 posts "FastCI selection", shards the blocking tests over the GPU queues by expected duration
-(`fastci.runner.shard`, which knows nothing of GitHub), streams their results into "FastCI
+(`fastci.runner.execution.shard`, which knows nothing of GitHub), streams their results into "FastCI
 regressions" as shards finish, hands the background dimensions to the low-priority queue
 with their own job publishing "FastCI background", and stores fresh evidence for the head.
 """
@@ -26,14 +26,14 @@ from rq.exceptions import InvalidJobOperation
 from rq.job import Job
 
 from fastci.runner import config as runner_config
-from fastci.runner.coverage_delta import changed_lines, executed, report, statement_lines
+from fastci.runner.execution.coverage_delta import changed_lines, executed, report, statement_lines
 from fastci.runner.engine import Engine, audit_entry
-from fastci.runner.gitrepo import WORKTREE
-from fastci.runner.recorder import recording_from_json
-from fastci.runner.redis_store import open_store
-from fastci.runner.report import Decision, RunReport, TestResult
-from fastci.runner.shard import split
-from fastci.runner.store import EvidenceStore, StoreError
+from fastci.runner.git import WORKTREE
+from fastci.runner.record.recorder import recording_from_json
+from fastci.runner.store.redis import open_store
+from fastci.runner.selection.report import Decision, RunReport, TestResult
+from fastci.runner.execution.shard import split
+from fastci.runner.store.sqlite import EvidenceStore, StoreError
 
 from . import checks, github, workspace
 from .events import RERUN_FAILED, RUN_ALL, Work
@@ -261,7 +261,7 @@ def _enqueue_shards(ctx: Context, shards: list[list[Decision]], request: dict,
     ids = []
     for i, shard in enumerate(shards):
         queue = ctx.queues.background if background else ctx.queues.gpu(i % ctx.settings.gpus)
-        job = queue.enqueue("fastci.runner.shard.run_shard",
+        job = queue.enqueue("fastci.runner.execution.shard.run_shard",
                             {**request, "tests": [d.test_id for d in shard]},
                             job_timeout=SHARD_TIMEOUT, result_ttl=SEEN_TTL,
                             failure_ttl=SEEN_TTL,
@@ -354,7 +354,7 @@ def _rerun_if_orphaned(ctx: Context, job_id: str) -> str | None:
         return None
     log.warning("shard %s lost its worker; running it again (%d)", job_id, runs_so_far + 1)
     queue = Queue(job.origin, connection=ctx.redis)
-    again = queue.enqueue("fastci.runner.shard.run_shard", job.args[0],
+    again = queue.enqueue("fastci.runner.execution.shard.run_shard", job.args[0],
                           job_timeout=SHARD_TIMEOUT, result_ttl=SEEN_TTL, failure_ttl=SEEN_TTL,
                           meta={"shard_runs": runs_so_far + 1, "replaces": job_id},
                           description=f"{job.description} (run again)")
@@ -499,7 +499,7 @@ def refresh(ctx: Context, work: Work) -> dict:
         except (StoreError, ValueError) as exc:
             log.warning("no selection to audit for %s: %s", work.head_sha[:12], exc)
     job = ctx.queues.gpu(0).enqueue(
-        "fastci.runner.shard.run_shard",
+        "fastci.runner.execution.shard.run_shard",
         {"mirror": str(mirror), "sha": work.head_sha, "tests": [], "record_all": True,
          "store": str(ctx.settings.store_path),
          "workspace": str(ctx.settings.workspace / "runner")},

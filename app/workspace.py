@@ -13,7 +13,7 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
-from fastci.runner.shard import scrubbed_environment
+from fastci.runner.execution.shard import scrubbed_environment
 
 
 class WorkspaceError(Exception):

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from selection_latency import CHANGES, make_repo, make_snapshot  # noqa: E402
 
 from fastci.runner.engine import Engine  # noqa: E402
-from fastci.runner.gitrepo import WORKTREE  # noqa: E402
+from fastci.runner.git import WORKTREE  # noqa: E402
 
 
 def selection(tests: int, files: int, functions: int, repeat: int) -> tuple[float, int]:

@@ -19,11 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from fastci.runner import inventory
+from fastci.runner.analysis import inventory
 from fastci.runner.engine import Engine
-from fastci.runner.environment import current
+from fastci.runner.analysis.environment import current
 from fastci.runner.evidence import Snapshot, TestRecord
-from fastci.runner.gitrepo import WORKTREE, Repo
+from fastci.runner.git import WORKTREE, Repo
 
 
 def git(root: Path, *args: str) -> str:

@@ -325,8 +325,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     from fastci.app.settings import SettingsError  # noqa: PLC0415
     from fastci.runner.config import ConfigError  # noqa: PLC0415
-    from fastci.runner.gitrepo import GitError  # noqa: PLC0415
-    from fastci.runner.store import StoreError  # noqa: PLC0415
+    from fastci.runner.git import GitError  # noqa: PLC0415
+    from fastci.runner.store.sqlite import StoreError  # noqa: PLC0415
 
     try:
         return args.func(args, pytest_args)

@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from fastci.runner.engine import Engine
-from fastci.runner.report import RunReport
+from fastci.runner.selection.report import RunReport
 
 SUBJECT_IGNORE = shutil.ignore_patterns("__pycache__", ".pytest_cache", ".fastci", "changes",
                                         "*.pyc")

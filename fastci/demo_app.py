@@ -188,7 +188,7 @@ class AppLoop:
     def has_evidence(self) -> bool:
         import sqlite3  # noqa: PLC0415
 
-        from fastci.runner.store import EvidenceStore, StoreError  # noqa: PLC0415
+        from fastci.runner.store.sqlite import EvidenceStore, StoreError  # noqa: PLC0415
 
         if not self.store.exists():
             return False

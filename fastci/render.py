@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from fastci.runner.explain import explain  # noqa: F401 (the CLI's `explain` text)
-from fastci.runner.explain import seconds as _seconds
-from fastci.runner.report import RunReport, Selection
+from fastci.runner.selection.explain import explain  # noqa: F401 (the CLI's `explain` text)
+from fastci.runner.selection.explain import seconds as _seconds
+from fastci.runner.selection.report import RunReport, Selection
 
 __all__ = ["explain", "run_summary", "selection_table", "verdict"]
 

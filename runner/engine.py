@@ -15,18 +15,22 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import config, discover, inventory
-from .carry import store_run
-from .changes import analyse, diff_trees
-from .environment import current, is_manifest, lock_hash
-from .evidence import Snapshot
-from .gitrepo import WORKTREE, GitError, Repo
-from .plan import make_plan
-from .recorder import Recording, blob_sha, recording_from_json
-from .report import RunReport, Selection, TestResult
-from .select import History, SelectionInput, select
-from .redis_store import is_redis_url, open_store
-from .store import EvidenceStore
+from fastci.runner import config
+
+from fastci.runner.analysis import discover
+
+from fastci.runner.analysis import inventory
+from fastci.runner.execution.carry import store_run
+from fastci.runner.analysis.changes import analyse, diff_trees
+from fastci.runner.analysis.environment import current, is_manifest, lock_hash
+from fastci.runner.evidence import Snapshot
+from fastci.runner.git import WORKTREE, GitError, Repo
+from fastci.runner.selection.plan import make_plan
+from fastci.runner.record.recorder import Recording, blob_sha, recording_from_json
+from fastci.runner.selection.report import RunReport, Selection, TestResult
+from fastci.runner.selection.rules import History, SelectionInput, select
+from fastci.runner.store.redis import is_redis_url, open_store
+from fastci.runner.store.sqlite import EvidenceStore
 
 DEFAULT_BRANCHES = ("origin/HEAD", "origin/main", "origin/master", "main", "master")
 
@@ -154,7 +158,7 @@ class Engine:
                 store.close()
 
     def _prune(self, store, selection, snapshot, head, head_tree):
-        from . import prune  # noqa: PLC0415 (only a plan that may prune pays for it)
+        from fastci.runner.prune import decide as prune  # noqa: PLC0415 (only a plan that may prune pays for it)
 
         paths = {p for d in selection.selected for p, _ in d.prunable}
         old_inv = self._old_inventories(store, snapshot, paths)
@@ -187,7 +191,7 @@ class Engine:
         out = {p: found[b] for p, b in wanted.items() if b in found}
         missing = {p: b for p, b in wanted.items() if b not in found}
         if missing:  # parse from git's object store; a blob git lacks stays unknown
-            from .blocks import module_name_for, parse_blocks  # noqa: PLC0415
+            from fastci.runner.analysis.blocks import module_name_for, parse_blocks  # noqa: PLC0415
             for path, blob in missing.items():
                 try:
                     source = self.repo.git("cat-file", "blob", blob).encode(
@@ -280,7 +284,7 @@ class Engine:
                       planned.inputs.changes.paths, flaky=flaky, replayed_lines=extra,
                       head_inventories=planned.inputs.head_inventories)
         else:
-            from .carry import store_recording  # noqa: PLC0415
+            from fastci.runner.execution.carry import store_recording  # noqa: PLC0415
             store_recording(store, self.repo, recording)
 
     def _nothing_ran(self, planned: Planned) -> Recording:

@@ -12,7 +12,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from .environment import Environment
+from fastci.runner.analysis.environment import Environment
 
 SESSION = "*"  # import-time work done before any test file was collected
 

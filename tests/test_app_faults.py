@@ -212,7 +212,7 @@ def test_the_full_run_on_the_default_branch_audits_the_selection(world):
     result = jobs.handle(refresh.to_json(), "delivery-push")
     assert result["status"] == "recorded" and result["audited"] is True
     assert result["missed"] == []
-    from fastci.runner.store import EvidenceStore
+    from fastci.runner.store.sqlite import EvidenceStore
 
     with EvidenceStore(load().store_path) as store:
         [entry] = store.audits()

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from fastci.runner.blocks import MODULE, parse_blocks
+from fastci.runner.analysis.blocks import MODULE, parse_blocks
 
 SOURCE = '''
 """Module docstring."""

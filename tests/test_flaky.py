@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from fastci.runner.store import EvidenceStore
+from fastci.runner.store.sqlite import EvidenceStore
 
 FILES = {
     "pkg/__init__.py": "",

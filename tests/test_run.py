@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from fastci.runner.carry import remap_lines
+from fastci.runner.execution.carry import remap_lines
 
 
 def run(project, *args):

@@ -215,7 +215,7 @@ def test_select_between_two_commits(library):
 
 
 def test_evidence_from_another_environment_selects_everything(library):
-    from fastci.runner.store import EvidenceStore
+    from fastci.runner.store.sqlite import EvidenceStore
 
     store_path = library.root / ".fastci" / "evidence.db"
     with EvidenceStore(store_path) as store:

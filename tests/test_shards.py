@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from fastci.runner.coverage_delta import changed_lines, report, statement_lines
-from fastci.runner.report import Decision
-from fastci.runner.shard import scrubbed_environment, split
+from fastci.runner.execution.coverage_delta import changed_lines, report, statement_lines
+from fastci.runner.selection.report import Decision
+from fastci.runner.execution.shard import scrubbed_environment, split
 
 
 def decisions(seconds: list[float]) -> list[Decision]:

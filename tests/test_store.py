@@ -7,10 +7,10 @@ import sqlite3
 
 import pytest
 
-from fastci.runner.blocks import parse_blocks
-from fastci.runner.environment import current
+from fastci.runner.analysis.blocks import parse_blocks
+from fastci.runner.analysis.environment import current
 from fastci.runner.evidence import Snapshot, TestRecord
-from fastci.runner.store import SCHEMA_VERSION, EvidenceStore, StoreError
+from fastci.runner.store.sqlite import SCHEMA_VERSION, EvidenceStore, StoreError
 
 
 def snapshot(commit="c1", tests=3, source="record") -> Snapshot:

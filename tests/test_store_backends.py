@@ -12,9 +12,9 @@ import pytest
 from conftest import REDIS_URL as REDIS
 from test_store import snapshot
 
-from fastci.runner.blocks import parse_blocks
-from fastci.runner.redis_store import RedisEvidenceStore, open_store
-from fastci.runner.store import StoreError
+from fastci.runner.analysis.blocks import parse_blocks
+from fastci.runner.store.redis import RedisEvidenceStore, open_store
+from fastci.runner.store.sqlite import StoreError
 
 @pytest.fixture
 def prefix(redis):

@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from .blocks import MODULE, Block, FileBlocks
+from fastci.runner.analysis.blocks import MODULE, Block, FileBlocks
 
 # Files that change what every test runs under.
 PYTEST_CONFIG = ("pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml")

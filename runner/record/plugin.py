@@ -33,8 +33,8 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
     ns = early_config.known_args_namespace
     if not getattr(ns, "fastci_record", False):
         return
-    from .gitrepo import GitError, Repo  # noqa: PLC0415
-    from .recorder import Recorder  # noqa: PLC0415
+    from fastci.runner.git import GitError, Repo  # noqa: PLC0415
+    from fastci.runner.record.recorder import Recorder  # noqa: PLC0415
 
     try:
         repo = Repo.find(early_config.invocation_params.dir)
@@ -70,7 +70,7 @@ class _Session:
     """The active part: registered only when recording or running a plan."""
 
     def __init__(self, config: pytest.Config, recorder, plan: str | None) -> None:
-        from .config import ConfigError, load  # noqa: PLC0415
+        from fastci.runner.config import ConfigError, load  # noqa: PLC0415
 
         self.config = config
         self.recorder = recorder
@@ -117,7 +117,7 @@ class _Session:
         self.collected = [self.test_id(item.nodeid) for item in items]
         if not self.plan:
             return
-        from .plan import apply_plan  # noqa: PLC0415
+        from fastci.runner.selection.plan import apply_plan  # noqa: PLC0415
 
         keep, drop = apply_plan(self.plan, self.collected)
         by_id = {self.test_id(item.nodeid): item for item in items}
@@ -176,9 +176,9 @@ class _Session:
     def pytest_sessionfinish(self, session, exitstatus) -> None:
         if self.recorder is None:
             return
-        from .recorder import recording_to_json  # noqa: PLC0415
-        from .redis_store import is_redis_url, open_store  # noqa: PLC0415
-        from .store import StoreError  # noqa: PLC0415
+        from fastci.runner.record.recorder import recording_to_json  # noqa: PLC0415
+        from fastci.runner.store.redis import is_redis_url, open_store  # noqa: PLC0415
+        from fastci.runner.store.sqlite import StoreError  # noqa: PLC0415
 
         out = self.config.getoption("fastci_out")
         # --fastci-store as given (relative to the working directory); else [tool.fastci]
@@ -194,7 +194,7 @@ class _Session:
                     data["collected"] = self.collected
                     Path(out).write_text(json.dumps(data))
                 else:
-                    from .carry import store_recording  # noqa: PLC0415
+                    from fastci.runner.execution.carry import store_recording  # noqa: PLC0415
 
                     summary = store_recording(store, self.recorder.repo, recording)
                     self._summary = summary

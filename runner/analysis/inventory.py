@@ -11,8 +11,8 @@ import hashlib
 from collections import defaultdict, deque
 from typing import Mapping
 
-from .blocks import FileBlocks, module_name_for, parse_blocks
-from .gitrepo import Repo
+from fastci.runner.analysis.blocks import FileBlocks, module_name_for, parse_blocks
+from fastci.runner.git import Repo
 
 
 def is_python(path: str) -> bool:

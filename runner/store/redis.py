@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Iterable
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-from .environment import Environment
-from .evidence import Snapshot, TestRecord, pack, unpack, unpack_lines
-from .store import (SCHEMA_VERSION, StoreError, _inventory_from_json, _inventory_to_json,
+from fastci.runner.analysis.environment import Environment
+from fastci.runner.evidence import Snapshot, TestRecord, pack, unpack, unpack_lines
+from fastci.runner.store.sqlite import (SCHEMA_VERSION, StoreError, _inventory_from_json, _inventory_to_json,
                     snapshot_parts)
 
 HISTORY_LIMIT = 200  # outcomes kept per test
@@ -243,6 +243,6 @@ def open_store(location, *, create: bool = True):
     """The store at `location`: a redis:// URL, else an SQLite file."""
     if is_redis_url(location):
         return RedisEvidenceStore(str(location), create=create)
-    from .store import EvidenceStore  # noqa: PLC0415
+    from fastci.runner.store.sqlite import EvidenceStore  # noqa: PLC0415
 
     return EvidenceStore(location, create=create)

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
-from .gitrepo import WORKTREE, Repo
-from .report import Selection
-from .shard import scrubbed_environment
+from fastci.runner.git import WORKTREE, Repo
+from fastci.runner.selection.report import Selection
+from fastci.runner.execution.shard import scrubbed_environment
 
 MAX_MATERIALIZE = 256 * 2**20  # bytes of an old tree written out for its replay
 REPLAY_TIMEOUT = 600
@@ -412,7 +412,7 @@ def _start(tmp: Path, name: str, root: str, captures: dict, sys_path: list[str],
     # The replay runs the change's code: it gets no credentials (as test processes get none).
     env = {**{k: v for k, v in scrubbed_environment().items() if not k.startswith("COV_CORE")},
            **(env or {}), "PYTHONDONTWRITEBYTECODE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "fastci.runner.replay", str(request_file)],
+    proc = subprocess.Popen([sys.executable, "-m", "fastci.runner.prune.replay", str(request_file)],
                             cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     return proc, Path(request["out"]), captures
 

@@ -142,7 +142,7 @@ class ModuleCapture:
         if capture.digest is not None:
             with recorder.untraced():
                 try:
-                    from .tensors import fingerprints  # noqa: PLC0415
+                    from fastci.runner.prune.fingerprints import fingerprints  # noqa: PLC0415
 
                     capture.out = fingerprints(out, "out", summaries=False)
                 except Exception as exc:  # noqa: BLE001 - any failure: not replayable
@@ -161,7 +161,7 @@ class ModuleCapture:
     def _save(self, capture: Capture, module, args, kwargs) -> None:
         import torch  # noqa: PLC0415
 
-        from .tensors import detached  # noqa: PLC0415
+        from fastci.runner.prune.fingerprints import detached  # noqa: PLC0415
 
         buffer = io.BytesIO()
         try:
@@ -203,7 +203,7 @@ def _signature(module, args, kwargs) -> tuple:
     training loop are one context (lines only later calls reach keep a test, see prune.py)."""
     import torch  # noqa: PLC0415
 
-    from .tensors import walk  # noqa: PLC0415
+    from fastci.runner.prune.fingerprints import walk  # noqa: PLC0415
 
     parts: list = [module.training, torch.is_grad_enabled(), _autocast_state(torch),
                    _attributes(module)]

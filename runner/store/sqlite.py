@@ -22,9 +22,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from .blocks import Block, FileBlocks, Statement
-from .environment import Environment
-from .evidence import Snapshot, TestRecord, pack, pack_lines, unpack, unpack_lines
+from fastci.runner.analysis.blocks import Block, FileBlocks, Statement
+from fastci.runner.analysis.environment import Environment
+from fastci.runner.evidence import Snapshot, TestRecord, pack, pack_lines, unpack, unpack_lines
 
 SCHEMA_VERSION = 2  # 2: captured module calls (pruning)
 APPLICATION_ID = 0x46434931  # "FCI1": marks the file as ours for `file(1)` and for us

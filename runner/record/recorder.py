@@ -26,12 +26,14 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import inventory, tracing
-from .blocks import MODULE
-from .capture import CAPTURED, INSIDE, ModuleCapture
-from .environment import Environment, current, is_manifest, lock_hash
-from .evidence import SESSION, Snapshot, TestRecord
-from .gitrepo import WORKTREE, Repo
+from fastci.runner.analysis import inventory
+
+from fastci.runner.record import tracing
+from fastci.runner.analysis.blocks import MODULE
+from fastci.runner.record.capture import CAPTURED, INSIDE, ModuleCapture
+from fastci.runner.analysis.environment import Environment, current, is_manifest, lock_hash
+from fastci.runner.evidence import SESSION, Snapshot, TestRecord
+from fastci.runner.git import WORKTREE, Repo
 
 SESSION_CONTEXT = ""
 

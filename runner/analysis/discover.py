@@ -6,7 +6,7 @@ from __future__ import annotations
 import fnmatch
 from typing import Mapping
 
-from .blocks import FileBlocks
+from fastci.runner.analysis.blocks import FileBlocks
 
 DEFAULT_FILES = ("test_*.py", "*_test.py")
 

@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from .plan import make_plan
-from .report import Decision
+from fastci.runner.selection.plan import make_plan
+from fastci.runner.selection.report import Decision
 
 # Never handed to a test process: GitHub credentials, the App's key, the webhook secret.
 SCRUBBED_PREFIXES = ("GITHUB_", "GH_", "FASTCI_APP_", "FASTCI_WEBHOOK_", "ACTIONS_")

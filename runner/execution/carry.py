@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .evidence import Snapshot, TestRecord
-from .gitrepo import GitError, Repo
-from .recorder import Recording
+from fastci.runner.evidence import Snapshot, TestRecord
+from fastci.runner.git import GitError, Repo
+from fastci.runner.record.recorder import Recording
 
 
 def head_commit(repo: Repo) -> str:

@@ -1,6 +1,6 @@
 """Replaying captured module calls in a fresh process, under one tree's code.
 
-    python -m fastci.runner.replay REQUEST.json
+    python -m fastci.runner.prune.replay REQUEST.json
 
 The request names the tree (`root`, put first on sys.path, so unpickling a module binds its
 class and every function it calls to that tree's code), the captures (digest -> file) and
@@ -71,7 +71,7 @@ def inherited(path: str, qualname: str, names: list[str]) -> dict:
     """Which of a class's added methods exist on a base class (so they override it)."""
     import importlib  # noqa: PLC0415
 
-    from .blocks import module_name_for  # noqa: PLC0415
+    from fastci.runner.analysis.blocks import module_name_for  # noqa: PLC0415
 
     module_name, _ = module_name_for(path)
     try:
@@ -113,7 +113,7 @@ def replay(path: str, root: str, save_dir: str | None, compare_dir: str | None,
 def _replay(path: str, root: str, timing: dict) -> tuple[dict, dict]:
     import torch  # noqa: PLC0415
 
-    from .tensors import fingerprints, tensor_leaf, tensors  # noqa: PLC0415
+    from fastci.runner.prune.fingerprints import fingerprints, tensor_leaf, tensors  # noqa: PLC0415
 
     loading = time.perf_counter()
     saved = torch.load(path, weights_only=False, map_location=None)

@@ -3,7 +3,7 @@ the pruning evidence and what was recorded for it."""
 
 from __future__ import annotations
 
-from .report import Selection
+from fastci.runner.selection.report import Selection
 
 
 def seconds(value: float | None) -> str:

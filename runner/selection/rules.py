@@ -11,14 +11,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from . import risk as risk_model
-from .blocks import MODULE, FileBlocks
-from .changes import ChangeSet, blocks_reading, is_native, is_pytest_config
-from .config import Settings
-from .environment import Environment, is_manifest
-from .evidence import SESSION, Snapshot, TestRecord
-from .inventory import ImportGraph
-from .report import Decision, Selection
+from fastci.runner.selection import risk as risk_model
+from fastci.runner.analysis.blocks import MODULE, FileBlocks
+from fastci.runner.analysis.changes import ChangeSet, blocks_reading, is_native, is_pytest_config
+from fastci.runner.config import Settings
+from fastci.runner.analysis.environment import Environment, is_manifest
+from fastci.runner.evidence import SESSION, Snapshot, TestRecord
+from fastci.runner.analysis.inventory import ImportGraph
+from fastci.runner.selection.report import Decision, Selection
 
 MAX_EXAMPLES = 3
 # Method names frameworks look up by name on modules (hasattr/getattr), so adding one can
