@@ -10,11 +10,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fastci.runner.errors import FastCIError
+
 COMMAND_PREFIX = "/fastci"
 RUN_ALL, RERUN_FAILED = "run_all", "rerun_failed"
 
 
-class PayloadError(ValueError):
+class PayloadError(FastCIError, ValueError):
     """The payload lacks a field (or has a wrong type) that this event always carries."""
 
 

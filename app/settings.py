@@ -11,8 +11,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fastci.runner.errors import FastCIError
 
-class SettingsError(Exception):
+
+class SettingsError(FastCIError):
     """A setting is missing or invalid; the message names the variable."""
 
 

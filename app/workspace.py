@@ -13,11 +13,14 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
+from fastci.runner.errors import EXIT_GIT, FastCIError
 from fastci.runner.execution.shard import scrubbed_environment
 
 
-class WorkspaceError(Exception):
-    pass
+class WorkspaceError(FastCIError):
+    """The workspace (mirrors, checkouts) cannot be used; the message says why."""
+
+    exit_code = EXIT_GIT
 
 
 def _git(cwd: Path | None, *args: str, token: str | None = None, check: bool = True) -> str:

@@ -1,13 +1,7 @@
-"""The `fastci` command line: the front door that composes the runner (and, later, the app).
+"""The `fastci` command line: the front door that composes the runner and the app.
 
-Exit codes (stable; scripts may rely on them):
-  0  success (for `run`: every selected blocking test passed)
-  1  tests failed (`run`, `record`)
-  2  usage error: bad arguments, unknown test id, invalid configuration
-  3  git error: not a repository, unknown revision
-  4  evidence store error: corrupt, foreign or unwritable store
-  5  pytest could not run (internal error, interrupted, no tests collected)
- 70  a bug in FastCI (the message says so; FASTCI_DEBUG=1 shows the traceback)
+Every error FastCI raises on purpose derives from `FastCIError` and carries its exit code
+(the table is in `fastci.runner.errors`); `main` catches it in one place.
 """
 
 from __future__ import annotations
@@ -21,14 +15,16 @@ from typing import Sequence
 
 from fastci import __version__
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_GIT, EXIT_STORE, EXIT_PYTEST = 0, 1, 2, 3, 4, 5
-EXIT_INTERNAL = 70
-
-
-class CliError(Exception):
-    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
-        super().__init__(message)
-        self.code = code
+from fastci.runner.errors import (
+    EXIT_FAILED,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    EXIT_PYTEST,
+    EXIT_USAGE,
+    FastCIError,
+    RunError,
+    UsageError,
+)
 
 
 def _progress(quiet: bool):
@@ -36,6 +32,9 @@ def _progress(quiet: bool):
         if not quiet:
             print(f"fastci: {message}…", file=sys.stderr, flush=True)
     return say
+
+
+RUNS_PYTEST = ("record", "run")  # the commands that pass arguments after `--` to pytest
 
 
 def _split_pytest_args(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -56,9 +55,8 @@ def cmd_record(args, pytest_args) -> int:
     code = engine.record(pytest_args)
     if code in (0, 1):
         return code
-    raise CliError(f"pytest exited with code {code}; nothing was recorded"
-                   if code != 5 else "pytest collected no tests; nothing was recorded",
-                   EXIT_PYTEST)
+    raise RunError(f"pytest exited with code {code}; nothing was recorded"
+                   if code != 5 else "pytest collected no tests; nothing was recorded")
 
 
 def cmd_select(args, pytest_args) -> int:
@@ -82,7 +80,6 @@ def cmd_select(args, pytest_args) -> int:
 
 def cmd_run(args, pytest_args) -> int:
     from fastci.render import run_summary, selection_table, verdict  # noqa: PLC0415
-    from fastci.runner.engine import RunError  # noqa: PLC0415
 
     engine = _engine(args)
 
@@ -90,11 +87,8 @@ def cmd_run(args, pytest_args) -> int:
         print(selection_table(partial.selection, limit=20))
         print(verdict(partial), flush=True)
 
-    try:
-        report = engine.run(args.base, pytest_args, run_all=args.all, on_verdict=on_verdict,
-                            background=not args.no_background, prune=not args.no_prune)
-    except RunError as exc:
-        raise CliError(str(exc), EXIT_PYTEST) from None
+    report = engine.run(args.base, pytest_args, run_all=args.all, on_verdict=on_verdict,
+                        background=not args.no_background, prune=not args.no_prune)
     print(run_summary(report))
     if args.json:
         with open(args.json, "w") as fh:
@@ -105,8 +99,8 @@ def cmd_run(args, pytest_args) -> int:
     bad = {name: code for name, code in report.extra["pytest_exit_codes"].items()
            if code not in (0, 1, 5)}
     if bad:
-        raise CliError("pytest could not run: " + ", ".join(f"{n} tests exited {c}"
-                                                            for n, c in bad.items()), EXIT_PYTEST)
+        raise RunError("pytest could not run: " + ", ".join(f"{n} tests exited {c}"
+                                                            for n, c in bad.items()))
     return EXIT_OK
 
 
@@ -125,7 +119,7 @@ def cmd_explain(args, pytest_args) -> int:
         else:
             close = prefix[:5] or difflib.get_close_matches(test_id, ids, n=5, cutoff=0.5)
             hint = ("; did you mean: " + ", ".join(close)) if close else ""
-            raise CliError(f"unknown test id {args.test_id!r} (it has no evidence and is not "
+            raise UsageError(f"unknown test id {args.test_id!r} (it has no evidence and is not "
                            f"a test function at the head){hint}")
     evidence = planned.snapshot.tests.get(test_id) if planned.snapshot else None
     kept = planned.pruning.kept.get(test_id) if planned.pruning else None
@@ -134,17 +128,11 @@ def cmd_explain(args, pytest_args) -> int:
 
 
 def cmd_demo(args, pytest_args) -> int:
-    from fastci.demo import DemoError, DemoUsageError, run_demo  # noqa: PLC0415
-    from fastci.runner.engine import RunError  # noqa: PLC0415
+    from fastci.demo import run_demo  # noqa: PLC0415
 
     if args.app:
         return _demo_app(args)
-    try:
-        outcomes = run_demo(args.workdir, args.out, jobs=args.jobs, only=args.only)
-    except DemoUsageError as exc:
-        raise CliError(str(exc), EXIT_USAGE) from None
-    except (DemoError, RunError) as exc:
-        raise CliError(str(exc), EXIT_PYTEST) from None
+    outcomes = run_demo(args.workdir, args.out, jobs=args.jobs, only=args.only)
     missed = sum(len(o.missed) for o in outcomes)
     if missed:
         print(f"fastci demo: {missed} known failing test(s) were not selected", file=sys.stderr)
@@ -153,14 +141,14 @@ def cmd_demo(args, pytest_args) -> int:
 
 
 def _demo_app(args) -> int:
-    from fastci.demo_app import AppDemoError, run_app_demo  # noqa: PLC0415
+    from fastci.demo_app import run_app_demo  # noqa: PLC0415
 
     if args.only and len(args.only) > 1:
-        raise CliError("--app runs one change: give --only once")
+        raise UsageError("--app runs one change: give --only once")
     try:
         run_app_demo(args.workdir, (args.only or ["rope_bug"])[0])
-    except (AppDemoError, FileNotFoundError) as exc:
-        raise CliError(str(exc), EXIT_PYTEST) from None
+    except FileNotFoundError as exc:
+        raise RunError(str(exc)) from None
     return EXIT_OK
 
 
@@ -175,7 +163,7 @@ def cmd_worker(args, pytest_args) -> int:
     from fastci.app.serve import work  # noqa: PLC0415
 
     if args.gpu is not None and args.gpu < 0:
-        raise CliError("--gpu must be a GPU index (0, 1, ...)")
+        raise UsageError("--gpu must be a GPU index (0, 1, ...)")
     work(gpu=args.gpu, cpu=args.cpu, burst=args.burst, name=args.name)
     return EXIT_OK
 
@@ -186,7 +174,7 @@ def cmd_audit(args, pytest_args) -> int:
     from fastci.render import audit_table  # noqa: PLC0415
 
     if args.since_days is not None and args.since_days < 0:
-        raise CliError("--since-days must not be negative")
+        raise UsageError("--since-days must not be negative")
     since = time.time() - args.since_days * 86400 if args.since_days is not None else 0.0
     with _engine(args).open_store(create=False) as store:
         entries = store.audits(since)
@@ -323,25 +311,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
-    from fastci.app.settings import SettingsError  # noqa: PLC0415
-    from fastci.runner.config import ConfigError  # noqa: PLC0415
-    from fastci.runner.git import GitError  # noqa: PLC0415
-    from fastci.runner.store.sqlite import StoreError  # noqa: PLC0415
-
+    if pytest_args and args.command not in RUNS_PYTEST:
+        parser.error(f"`fastci {args.command}` runs no pytest, so it takes no arguments after "
+                     f"`--` (got: {' '.join(pytest_args)}); only {', '.join(RUNS_PYTEST)} do")
     try:
         return args.func(args, pytest_args)
-    except CliError as exc:
+    except FastCIError as exc:  # raised on purpose: the message is for the user
         print(f"fastci: error: {exc}", file=sys.stderr)
-        return exc.code
-    except GitError as exc:
-        print(f"fastci: error: {exc}", file=sys.stderr)
-        return EXIT_GIT
-    except StoreError as exc:
-        print(f"fastci: error: {exc}", file=sys.stderr)
-        return EXIT_STORE
-    except (ConfigError, SettingsError) as exc:  # [tool.fastci], or the App's FASTCI_* settings
-        print(f"fastci: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return exc.exit_code
     except KeyboardInterrupt:
         print("fastci: interrupted", file=sys.stderr)
         return 130

@@ -22,6 +22,7 @@ from pathlib import Path
 import yaml
 
 from fastci.runner.engine import Engine
+from fastci.runner.errors import EXIT_PYTEST, EXIT_USAGE, FastCIError
 from fastci.runner.selection.report import RunReport
 
 SUBJECT_IGNORE = shutil.ignore_patterns("__pycache__", ".pytest_cache", ".fastci", "changes",
@@ -29,12 +30,16 @@ SUBJECT_IGNORE = shutil.ignore_patterns("__pycache__", ".pytest_cache", ".fastci
 PYTEST_ARGS = ["-q", "-p", "no:cacheprovider"]
 
 
-class DemoError(Exception):
+class DemoError(FastCIError):
     """The demo cannot run; the message says why."""
+
+    exit_code = EXIT_PYTEST
 
 
 class DemoUsageError(DemoError):
     """The demo was asked for something it does not have."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclass(frozen=True)

@@ -25,14 +25,17 @@ import requests
 
 from fastci.app.signature import sign
 from fastci.demo import example_dir, load_changes
+from fastci.runner.errors import EXIT_PYTEST, FastCIError
 
 REPO, INSTALLATION, APP_ID, NUMBER = "octo/tinyllm", 31, 9001, 7
 SECRET = "demo-webhook-secret"
 RUNS = ("FastCI selection", "FastCI regressions", "FastCI background")
 
 
-class AppDemoError(Exception):
-    pass
+class AppDemoError(FastCIError):
+    """The App demo cannot run; the message says why."""
+
+    exit_code = EXIT_PYTEST
 
 
 def _git(cwd: Path, *args: str) -> str:

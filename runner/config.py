@@ -16,8 +16,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 
-class ConfigError(Exception):
-    """The configuration is invalid; the message names the key and the file."""
+from fastci.runner.errors import ConfigError  # re-exported: settings raise it
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,6 +24,7 @@ from fastci.runner.execution.carry import store_run
 from fastci.runner.analysis.changes import analyse, diff_trees
 from fastci.runner.analysis.environment import current, is_manifest, lock_hash
 from fastci.runner.evidence import Snapshot
+from fastci.runner.errors import RunError
 from fastci.runner.git import WORKTREE, GitError, Repo
 from fastci.runner.selection.plan import make_plan
 from fastci.runner.record.recorder import Recording, blob_sha, recording_from_json
@@ -435,6 +436,3 @@ class _LazyGraph:
             self._graph = inventory.ImportGraph({**dict(self._head_inv.items()), **self._removed})
         return self._graph.reached_from(path)
 
-
-class RunError(Exception):
-    """A run could not complete; the message says why."""

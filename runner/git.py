@@ -14,8 +14,7 @@ from pathlib import Path
 WORKTREE = "WORKTREE"  # the head is the working tree, uncommitted changes included
 
 
-class GitError(Exception):
-    """A git command failed; the message says which and why, for the user."""
+from fastci.runner.errors import GitError  # re-exported: every git call raises it
 
 
 @dataclass(frozen=True)

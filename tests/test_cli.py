@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from fastci.cli import EXIT_GIT, EXIT_STORE, EXIT_USAGE
+from fastci.runner.errors import EXIT_GIT, EXIT_STORE, EXIT_USAGE
 
 
 def fastci(*args, cwd=None):

@@ -85,8 +85,7 @@ CREATE TABLE changes (path TEXT PRIMARY KEY, runs INTEGER NOT NULL);
 """
 
 
-class StoreError(Exception):
-    """The store cannot be used; the message tells the user what to do."""
+from fastci.runner.errors import StoreError  # re-exported: both backends raise it
 
 
 class EvidenceStore:
