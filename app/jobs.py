@@ -32,6 +32,8 @@ from fastci.runner.git import WORKTREE
 from fastci.runner.record.recorder import recording_from_json
 from fastci.runner.store.redis import open_store
 from fastci.runner.selection.report import Decision, RunReport, TestResult
+from fastci.runner.execution.flaky import not_run
+from fastci.runner.execution.flaky import results as test_results
 from fastci.runner.execution.shard import split
 from fastci.runner.store.sqlite import EvidenceStore, StoreError
 
@@ -322,10 +324,8 @@ def _poll(ctx: Context, work: Work, head_sha: str, pending: list[str], total: in
         elif status in ("failed", "stopped", "canceled"):
             finished.append(job_id)
             tests = job.args[0]["tests"]
-            results += [TestResult(t, "error", 0.0, failure={
-                "path": None, "line": None, "when": "shard",
-                "message": f"the shard running it {status}: {_job_error(job)}"},
-                blocking=blocking) for t in tests]
+            results += not_run(tests, f"the shard running it {status}: {_job_error(job)}",
+                               when="shard", blocking=blocking)
     if finished:
         pending = [j for j in pending if j not in finished]
         runs.update(run, output=checks.regressions_output(
@@ -388,25 +388,18 @@ def _job_error(job: Job) -> str:
 def _collect(shard: dict, job: Job, results, recordings, collected, blocking: bool) -> None:
     data = shard.get("recording")
     if data is None:
-        results += [TestResult(t, "error", 0.0, failure={
-            "path": None, "line": None, "when": "shard",
-            "message": f"pytest exited {shard.get('exit_code')} before recording: "
-                       f"{shard.get('output_tail', '')[-300:]}"}, blocking=blocking)
-            for t in job.args[0]["tests"]]
+        results += not_run(job.args[0]["tests"],
+                           f"pytest exited {shard.get('exit_code')} before recording: "
+                           f"{shard.get('output_tail', '')[-300:]}", when="shard",
+                           blocking=blocking)
         return
     recording, failures = recording_from_json(data)
     recordings.append(recording)
     collected += data.get("collected", list(recording.tests))
-    flaky = set(shard.get("flaky", ()))
-    for test_id in recording.order:
-        t = recording.tests[test_id]
-        if test_id in flaky:  # failed, then passed on the rerun: reported, never blocking
-            results.append(TestResult(test_id, "failed", t.duration, t.dimension,
-                                      shard.get("flaky_failures", {}).get(test_id),
-                                      flaky=True, blocking=blocking))
-            continue
-        results.append(TestResult(test_id, t.outcome, t.duration, t.dimension,
-                                  failures.get(test_id), blocking=blocking))
+    flaky_failures = shard.get("flaky_failures", {})
+    results += test_results(recording, failures,
+                            {t: flaky_failures.get(t) for t in shard.get("flaky", ())},
+                            blocking=blocking)
 
 
 def follow_background(work_json: dict, head_sha: str, ids: list[str], key: str = "") -> dict:

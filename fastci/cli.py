@@ -19,7 +19,6 @@ from fastci.runner.errors import (
     EXIT_FAILED,
     EXIT_INTERNAL,
     EXIT_OK,
-    EXIT_PYTEST,
     EXIT_USAGE,
     FastCIError,
     RunError,

@@ -20,6 +20,8 @@ from fastci.runner import config
 from fastci.runner.analysis import discover
 
 from fastci.runner.analysis import inventory
+from fastci.runner.execution.flaky import confirm, failed_ids
+from fastci.runner.execution.flaky import results as test_results
 from fastci.runner.execution.carry import store_run
 from fastci.runner.analysis.changes import analyse, diff_trees
 from fastci.runner.analysis.environment import current, is_manifest, lock_hash
@@ -28,7 +30,7 @@ from fastci.runner.errors import RunError
 from fastci.runner.git import WORKTREE, GitError, Repo
 from fastci.runner.selection.plan import make_plan
 from fastci.runner.record.recorder import Recording, blob_sha, recording_from_json
-from fastci.runner.selection.report import RunReport, Selection, TestResult
+from fastci.runner.selection.report import RunReport, Selection
 from fastci.runner.selection.rules import History, SelectionInput, select
 from fastci.runner.store.redis import is_redis_url, open_store
 from fastci.runner.store.sqlite import EvidenceStore
@@ -312,32 +314,24 @@ class Engine:
                 raise RunError(f"pytest exited with code {phase.code} before FastCI could "
                                f"record anything ({phase.name} tests); see its output")
             data = json.loads(out_file.read_text())
+        failed = failed_ids(data)
+        if failed:  # confirmed by one rerun: a test that passes then is flaky, not a failure
+            data, phase.flaky = confirm(data, self._rerun(failed, known, pytest_args, stream))
         phase.recording, phase.failures = recording_from_json(data)
         phase.collected = data.get("collected", list(phase.recording.tests))
-        if phase.failures:
-            self._confirm(phase, known, pytest_args, stream)
+        if phase.flaky and not phase.failures and phase.code == 1:
+            phase.code = 0
 
-    def _confirm(self, phase: "_Phase", known: list[str], pytest_args: list[str], stream
-                 ) -> None:
-        """Run each failed test once more: one that passes then is flaky, not a failure."""
-        failed = list(phase.failures)
+    def _rerun(self, failed: list[str], known: list[str], pytest_args: list[str], stream
+               ) -> dict | None:
+        """Run the failed tests once more; what they recorded (None: nothing)."""
         with tempfile.TemporaryDirectory(prefix="fastci-confirm-") as tmp:
             plan_file, out_file = Path(tmp) / "plan.json", Path(tmp) / "recording.json"
             plan_file.write_text(json.dumps(make_plan(failed, known, only=True)))
             self._pytest(["--fastci-record", f"--fastci-plan={plan_file}",
                           f"--fastci-out={out_file}", f"--fastci-store={self.store_path}",
                           *pytest_args], stream)
-            if not out_file.exists():
-                return
-            again, _ = recording_from_json(json.loads(out_file.read_text()))
-        for test_id, record in again.tests.items():
-            if test_id in phase.failures and record.outcome == "passed":
-                phase.flaky[test_id] = phase.failures.pop(test_id)
-                phase.recording.tests[test_id] = record
-        if phase.flaky and not phase.failures:
-            phase.recording = replace(phase.recording, first_failure_at=None)
-            if phase.code == 1:
-                phase.code = 0
+            return json.loads(out_file.read_text()) if out_file.exists() else None
 
     def _pytest(self, args: list[str], stream) -> int:
         rootdir = [] if any(a.startswith("--rootdir") for a in args) else \
@@ -386,14 +380,8 @@ def _report(selection: Selection, phases: list[_Phase], started: float) -> RunRe
         rec = phase.recording
         if rec is None:
             continue
-        results += [TestResult(test_id=t.test_id,
-                               outcome="failed" if t.test_id in phase.flaky else t.outcome,
-                               duration=t.duration, dimension=t.dimension,
-                               failure=phase.failures.get(t.test_id,
-                                                          phase.flaky.get(t.test_id)),
-                               flaky=t.test_id in phase.flaky,
-                               blocking=phase.name == "blocking")
-                    for t in (rec.tests[i] for i in rec.order)]
+        results += test_results(rec, phase.failures, phase.flaky,
+                                blocking=phase.name == "blocking")
         if rec.first_failure_at is not None and first is None:
             first = rec.first_failure_at - phases[0].recording.started_at
     if not phases:

@@ -44,9 +44,6 @@ class TestRecord:
     def failed(self) -> bool:
         return self.outcome in ("failed", "error")
 
-    def touches(self, path: str) -> bool:
-        return path in self.blocks or path in self.files
-
     def payload(self) -> bytes:
         """The part selection reads, compressed for the store."""
         body = {"b": self.blocks, "f": self.files, "d": list(self.dirs),

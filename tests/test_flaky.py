@@ -51,3 +51,40 @@ def test_a_failure_that_passes_on_rerun_is_flaky_and_not_counted(project, tmp_pa
     # Kept out of the risk model's failure history; the real failure stays in it.
     assert "failed" not in outcomes.get("tests/test_calc.py::test_flaky", [])
     assert outcomes["tests/test_calc.py::test_broken"][0] == "failed"
+
+
+def _rec(*tests, failures=None, first_failure_at=1.0):
+    return {"tests": [{"test_id": t, "outcome": o} for t, o in tests],
+            "failures": failures or {}, "first_failure_at": first_failure_at}
+
+
+def test_confirm_keeps_a_failure_that_fails_again():
+    from fastci.runner.execution.flaky import confirm, failed_ids
+
+    first = _rec(("a", "passed"), ("b", "failed"), failures={"b": {"message": "boom"}})
+    assert failed_ids(first) == ["b"]
+    merged, flaky = confirm(first, _rec(("b", "failed")))
+    assert flaky == {} and merged is first
+
+
+def test_confirm_marks_a_passing_rerun_flaky_with_its_first_failure():
+    from fastci.runner.execution.flaky import confirm
+
+    first = _rec(("a", "error"), ("b", "failed"), ("c", "passed"),
+                 failures={"a": {"message": "x"}, "b": {"message": "y"}})
+    merged, flaky = confirm(first, _rec(("a", "passed"), ("b", "failed")))
+    assert flaky == {"a": {"message": "x"}}
+    assert merged["failures"] == {"b": {"message": "y"}}
+    assert [t["outcome"] for t in merged["tests"]] == ["passed", "failed", "passed"]
+    assert merged["first_failure_at"] == 1.0  # b still failed
+    merged, flaky = confirm(first, _rec(("a", "passed"), ("b", "passed")))
+    assert set(flaky) == {"a", "b"} and merged["first_failure_at"] is None
+
+
+def test_a_rerun_that_recorded_nothing_confirms_every_failure():
+    from fastci.runner.execution.flaky import confirm
+
+    first = _rec(("b", "failed"), failures={"b": {}})
+    assert confirm(first, None) == (first, {})
+    # a test the rerun did not run (or ran and skipped) is not flaky
+    assert confirm(first, _rec(("b", "skipped")))[1] == {}

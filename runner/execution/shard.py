@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from fastci.runner.execution import flaky
 from fastci.runner.selection.plan import make_plan
 from fastci.runner.selection.report import Decision
 
@@ -103,20 +104,13 @@ def run_shard(request: dict) -> dict:
                     "seconds": time.time() - started, "worker_pid": os.getpid()}
         proc = _pytest(root, request, request["tests"], Path(tmp) / "first")
         recording = _read(Path(tmp) / "first")
-        flaky, flaky_failures = [], {}
-        failed = [t["test_id"] for t in (recording or {}).get("tests", ())
-                  if t["outcome"] in ("failed", "error")]
-        if failed:
+        flaky_failures: dict = {}
+        failed = flaky.failed_ids(recording)
+        if recording is not None and failed:
             _pytest(root, request, failed, Path(tmp) / "again")
-            again = _read(Path(tmp) / "again")
-            passed = {t["test_id"]: t for t in (again or {}).get("tests", ())
-                      if t["outcome"] == "passed"}
-            if passed:
-                flaky = sorted(passed)
-                recording["tests"] = [passed.get(t["test_id"], t) for t in recording["tests"]]
-                flaky_failures = {t: recording["failures"].pop(t, None) for t in flaky}
+            recording, flaky_failures = flaky.confirm(recording, _read(Path(tmp) / "again"))
     return {"sha": request["sha"], "exit_code": proc.returncode, "recording": recording,
-            "flaky": flaky, "flaky_failures": flaky_failures,
+            "flaky": sorted(flaky_failures), "flaky_failures": flaky_failures,
             "output_tail": (proc.stdout + proc.stderr)[-4000:],
             "seconds": time.time() - started, "worker_pid": os.getpid()}
 
