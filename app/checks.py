@@ -53,8 +53,7 @@ def selection_output(selection: Selection, change_annotations: list[dict]) -> Ch
     return CheckRunOutput(title, summary, text, change_annotations)
 
 
-def change_annotations(selection: Selection, changed_blocks: dict, spans: dict,
-                       tests_per_block: dict) -> list[dict]:
+def change_annotations(changed_blocks: dict, spans: dict, tests_per_block: dict) -> list[dict]:
     """A notice on each changed block: how many tests executed it (and so were considered)."""
     out = []
     for (path, qualname), status in sorted(changed_blocks.items()):

@@ -129,7 +129,7 @@ def run_pull_request(ctx: Context, work: Work, delivery: str = "") -> dict:
         # Pruning replays the change's code on this (credentialed) worker: never a fork's.
         planned, store_problem = _plan(engine, base_sha, work.mode == "select" and not fork)
         selection = planned.selection
-        chosen = _chosen(ctx, selection, work.mode, engine)
+        chosen = _chosen(selection, work.mode, engine)
         shadow = settings.mode == "shadow" and work.mode == "select"
         if shadow:  # run everything, the selection first; audit what it would have missed
             chosen = [*selection.selected, *sorted(
@@ -169,7 +169,7 @@ def run_pull_request(ctx: Context, work: Work, delivery: str = "") -> dict:
                 with engine.open_store() as store:
                     engine.store_results(store, planned, recordings, collected,
                                          flaky={r.test_id for r in results if r.flaky})
-                    coverage = _coverage(engine, store, planned, mirror, base_sha, head_sha)
+                    coverage = _coverage(engine, store, planned)
                     if audit is not None:
                         store.add_audit(audit)
             except StoreError as exc:
@@ -246,7 +246,7 @@ def _base_settings(mirror: Path, base_sha: str) -> runner_config.Settings:
         return runner_config.load(Path(tmp), environ={})
 
 
-def _chosen(ctx: Context, selection, mode: str, engine: Engine) -> list[Decision]:
+def _chosen(selection, mode: str, engine: Engine) -> list[Decision]:
     if mode == RUN_ALL:
         return sorted(selection.decisions, key=lambda d: (d.rank is None, d.rank or 0,
                                                           -d.risk))
@@ -437,10 +437,10 @@ def _change_notes(planned) -> list[dict]:
                 for q in qualnames:
                     if (path, q) in spans:
                         per_block[(path, q)] = per_block.get((path, q), 0) + 1
-    return checks.change_annotations(planned.selection, dict(changes.blocks), spans, per_block)
+    return checks.change_annotations(dict(changes.blocks), spans, per_block)
 
 
-def _coverage(engine: Engine, store, planned, mirror: Path, base_sha: str, head_sha: str):
+def _coverage(engine: Engine, store, planned):
     """Diff coverage of the change, and coverage against the base, from stored evidence."""
     head_commit = engine.repo.head()
     envs = store.snapshot_envs(head_commit)

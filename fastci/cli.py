@@ -58,7 +58,7 @@ def cmd_record(args, pytest_args) -> int:
                    if code != 5 else "pytest collected no tests; nothing was recorded")
 
 
-def cmd_select(args, pytest_args) -> int:
+def cmd_select(args) -> int:
     from fastci.render import selection_table  # noqa: PLC0415
 
     engine = _engine(args)
@@ -103,7 +103,7 @@ def cmd_run(args, pytest_args) -> int:
     return EXIT_OK
 
 
-def cmd_explain(args, pytest_args) -> int:
+def cmd_explain(args) -> int:
     from fastci.render import explain  # noqa: PLC0415
 
     engine = _engine(args)
@@ -126,7 +126,7 @@ def cmd_explain(args, pytest_args) -> int:
     return EXIT_OK
 
 
-def cmd_demo(args, pytest_args) -> int:
+def cmd_demo(args) -> int:
     from fastci.demo import run_demo  # noqa: PLC0415
 
     if args.app:
@@ -151,14 +151,14 @@ def _demo_app(args) -> int:
     return EXIT_OK
 
 
-def cmd_serve(args, pytest_args) -> int:
+def cmd_serve(args) -> int:
     from fastci.app.serve import serve  # noqa: PLC0415
 
     serve(args.bind, args.workers)
     return EXIT_OK
 
 
-def cmd_worker(args, pytest_args) -> int:
+def cmd_worker(args) -> int:
     from fastci.app.serve import work  # noqa: PLC0415
 
     if args.gpu is not None and args.gpu < 0:
@@ -167,7 +167,7 @@ def cmd_worker(args, pytest_args) -> int:
     return EXIT_OK
 
 
-def cmd_audit(args, pytest_args) -> int:
+def cmd_audit(args) -> int:
     import time  # noqa: PLC0415
 
     from fastci.render import audit_table  # noqa: PLC0415
@@ -186,7 +186,7 @@ def cmd_audit(args, pytest_args) -> int:
     return EXIT_FAILED if any(e["missed"] for e in entries) else EXIT_OK
 
 
-def cmd_watchdog(args, pytest_args) -> int:
+def cmd_watchdog(args) -> int:
     from fastci.app.watchdog import run  # noqa: PLC0415
 
     run(interval=args.interval, once=args.once)
@@ -314,7 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"`fastci {args.command}` runs no pytest, so it takes no arguments after "
                      f"`--` (got: {' '.join(pytest_args)}); only {', '.join(RUNS_PYTEST)} do")
     try:
-        return args.func(args, pytest_args)
+        return args.func(args, pytest_args) if args.command in RUNS_PYTEST else args.func(args)
     except FastCIError as exc:  # raised on purpose: the message is for the user
         print(f"fastci: error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -88,3 +89,22 @@ def test_table_output_names_mode_counts_and_reasons(library):
     out = library.fastci("select").stdout
     assert "mode trace-diff" in out and "selected 2/8 tests" in out
     assert "reads EPS" in out
+
+
+@pytest.mark.parametrize("command", ["select", "explain x", "audit", "watchdog --once"])
+def test_arguments_after_dashes_are_refused_by_commands_that_run_no_pytest(command, tmp_path):
+    proc = fastci(*command.split(), "--", "-k", "x", cwd=tmp_path)
+    assert proc.returncode == EXIT_USAGE
+    assert "takes no arguments after `--` (got: -k x)" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_arguments_after_dashes_reach_pytest(project):
+    project.write({"pkg/__init__.py": "", "tests/test_a.py": "def test_x():\n    pass\n\n"
+                   "def test_y():\n    pass\n"})
+    project.commit("two tests")
+    project.fastci("record", "--", "-k", "test_x")
+    out = project.fastci("select", "--format", "json")
+    tests = {d["id"]: d for d in json.loads(out.stdout)["tests"]}
+    # -k reached pytest: only test_x was recorded, so test_y has no evidence yet
+    assert tests["tests/test_a.py::test_y"]["new"] and not tests["tests/test_a.py::test_x"]["new"]

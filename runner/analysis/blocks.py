@@ -30,10 +30,6 @@ class Statement:
     reads: tuple[str, ...]
     kind: str  # "import" | "def" | "assign": its effect is the names it binds; "other": unknown
 
-    @property
-    def resolvable(self) -> bool:
-        return self.kind != "other"
-
 
 @dataclass(frozen=True)
 class Block:
