@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from dataclasses import dataclass
 
 from flask import Flask, Response, jsonify, request
 from redis import Redis
@@ -51,27 +52,10 @@ def create_app(settings: AppSettings | None = None, redis: Redis | None = None) 
 
     @app.post("/webhooks")
     def webhook():
-        length = request.content_length
-        if length is not None and length > settings.max_body_bytes:
-            return answer(413, f"body of {length} bytes exceeds the {settings.max_body_bytes} "
-                               "byte limit")
-        body = request.get_data(cache=False)
-        problem = verify(secret, body, request.headers.get("X-Hub-Signature-256"))
-        if problem:
-            return answer(401, problem)
-        event = request.headers.get("X-GitHub-Event", "")
-        delivery = request.headers.get("X-GitHub-Delivery", "")
-        if not EVENT_NAME.match(event):
-            return answer(400, "missing or malformed X-GitHub-Event header")
-        if not DELIVERY_ID.match(delivery):
-            return answer(400, "missing or malformed X-GitHub-Delivery header")
-        if not request.mimetype or request.mimetype != "application/json":
-            return answer(415, "Content-Type must be application/json (set the App's webhook "
-                               "content type to JSON)")
-        try:
-            payload = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            return answer(400, f"the body is not valid JSON: {exc}")
+        checked = _check_delivery(settings, secret)
+        if isinstance(checked, Refused):
+            return answer(checked.status, checked.reason)
+        event, delivery, payload = checked.event, checked.delivery, checked.payload
         if event == "ping":
             return answer(200, "pong", zen=payload.get("zen") if isinstance(payload, dict)
                           else None)
@@ -81,19 +65,8 @@ def create_app(settings: AppSettings | None = None, redis: Redis | None = None) 
             return answer(422, str(exc))
         if isinstance(routed, events.Ignored):
             return answer(202, f"ignored: {routed.reason}", delivery=delivery)
-        try:
-            if not queues.claim(delivery):
-                return answer(200, "duplicate delivery: already enqueued", delivery=delivery)
-            try:
-                job = queues.enqueue(routed, delivery)
-            except Exception:
-                queues.release(delivery)
-                raise
-        except RedisError as exc:
-            log.warning("redis unavailable for delivery %s: %s", delivery, type(exc).__name__)
-            return answer(503, "the queue (Redis) is unavailable; the delivery was not "
-                               "enqueued and can be redelivered", delivery=delivery)
-        return answer(202, f"enqueued {routed.kind}", delivery=delivery, job=job.id)
+        status, message, extra = _enqueue(queues, routed, delivery)
+        return answer(status, message, delivery=delivery, **extra)
 
     @app.errorhandler(413)
     def too_large(_error):
@@ -118,25 +91,89 @@ def create_app(settings: AppSettings | None = None, redis: Redis | None = None) 
 
     @app.get("/metrics")
     def metrics():
-        lines = ["# HELP fastci_deliveries_total Webhook deliveries by HTTP status.",
-                 "# TYPE fastci_deliveries_total counter"]
-        try:
-            for key in sorted(redis.scan_iter(queues.key("metrics", "*"))):
-                name = key.decode().split(":", 2)[2]
-                lines.append(f"fastci_{name} {int(redis.get(key) or 0)}")
-            lines += ["# HELP fastci_queue_length Jobs waiting per queue.",
-                      "# TYPE fastci_queue_length gauge"]
-            for queue in [queues.cpu, queues.background,
-                          *(queues.gpu(i) for i in range(settings.gpus))]:
-                lines.append(f'fastci_queue_length{{queue="{queue.name}"}} {queue.count}')
-            up = 1
-        except RedisError:
-            up = 0
-        lines += ["# HELP fastci_redis_up Whether Redis answered.", "# TYPE fastci_redis_up gauge",
-                  f"fastci_redis_up {up}"]
-        return Response("\n".join(lines) + "\n", mimetype="text/plain; version=0.0.4")
+        return Response(_metrics_text(redis, queues, settings.gpus),
+                        mimetype="text/plain; version=0.0.4")
 
     return app
+
+
+@dataclass(frozen=True)
+class Refused:
+    status: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Delivery:
+    event: str
+    delivery: str
+    payload: object
+
+
+def _check_delivery(settings: AppSettings, secret: str) -> Delivery | Refused:
+    """The request as a delivery, or why it is refused.
+
+    The signature is checked before anything else of the request is read."""
+    length = request.content_length
+    if length is not None and length > settings.max_body_bytes:
+        return Refused(413, f"body of {length} bytes exceeds the {settings.max_body_bytes} "
+                            "byte limit")
+    body = request.get_data(cache=False)
+    problem = verify(secret, body, request.headers.get("X-Hub-Signature-256"))
+    if problem:
+        return Refused(401, problem)
+    event = request.headers.get("X-GitHub-Event", "")
+    delivery = request.headers.get("X-GitHub-Delivery", "")
+    if not EVENT_NAME.match(event):
+        return Refused(400, "missing or malformed X-GitHub-Event header")
+    if not DELIVERY_ID.match(delivery):
+        return Refused(400, "missing or malformed X-GitHub-Delivery header")
+    if not request.mimetype or request.mimetype != "application/json":
+        return Refused(415, "Content-Type must be application/json (set the App's webhook "
+                            "content type to JSON)")
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return Refused(400, f"the body is not valid JSON: {exc}")
+    return Delivery(event, delivery, payload)
+
+
+def _enqueue(queues: Queues, routed: events.Work, delivery: str) -> tuple[int, str, dict]:
+    """Claim the delivery, enqueue its work, and say how it went: (status, message, extra).
+
+    The claim is released when the enqueue fails, so a redelivery can still be enqueued."""
+    try:
+        if not queues.claim(delivery):
+            return 200, "duplicate delivery: already enqueued", {}
+        try:
+            job = queues.enqueue(routed, delivery)
+        except Exception:
+            queues.release(delivery)
+            raise
+    except RedisError as exc:
+        log.warning("redis unavailable for delivery %s: %s", delivery, type(exc).__name__)
+        return 503, ("the queue (Redis) is unavailable; the delivery was not enqueued and can "
+                     "be redelivered"), {}
+    return 202, f"enqueued {routed.kind}", {"job": job.id}
+
+
+def _metrics_text(redis: Redis, queues: Queues, gpus: int) -> str:
+    lines = ["# HELP fastci_deliveries_total Webhook deliveries by HTTP status.",
+             "# TYPE fastci_deliveries_total counter"]
+    try:
+        for key in sorted(redis.scan_iter(queues.key("metrics", "*"))):
+            name = key.decode().split(":", 2)[2]
+            lines.append(f"fastci_{name} {int(redis.get(key) or 0)}")
+        lines += ["# HELP fastci_queue_length Jobs waiting per queue.",
+                  "# TYPE fastci_queue_length gauge"]
+        for queue in [queues.cpu, queues.background, *(queues.gpu(i) for i in range(gpus))]:
+            lines.append(f'fastci_queue_length{{queue="{queue.name}"}} {queue.count}')
+        up = 1
+    except RedisError:
+        up = 0
+    lines += ["# HELP fastci_redis_up Whether Redis answered.", "# TYPE fastci_redis_up gauge",
+              f"fastci_redis_up {up}"]
+    return "\n".join(lines) + "\n"
 
 
 def _count(queues: Queues, name: str) -> None:
