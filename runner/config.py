@@ -74,27 +74,30 @@ def load(root: Path, environ: dict[str, str] | None = None) -> Settings:
     if unknown:
         raise ConfigError(f"{pyproject}: unknown [tool.fastci] key(s): {', '.join(sorted(unknown))}"
                           f"; known: {', '.join(sorted(known))}")
-    out: dict = {}
-    for name, value in values.items():
-        if name in _TUPLES:
-            if isinstance(value, str):
-                value = [v.strip() for v in value.split(",") if v.strip()]
-            if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-                raise ConfigError(f"[tool.fastci] {name} must be a list of names")
-            value = tuple(value)
-        elif name in _NUMBERS:
-            try:
-                value = float(value)
-            except (TypeError, ValueError):
-                raise ConfigError(f"[tool.fastci] {name} must be a number") from None
-            if not value >= 0:
-                raise ConfigError(f"[tool.fastci] {name} must not be negative")
-        elif name == "mode" and value not in ("enforce", "shadow"):
-            raise ConfigError(f"[tool.fastci] mode must be 'enforce' or 'shadow', not {value!r}")
-        elif name == "prune" and value not in PRUNE_MODES:
-            raise ConfigError(f"[tool.fastci] prune must be one of {', '.join(PRUNE_MODES)}, "
-                              f"not {value!r}")
-        elif not isinstance(value, str):
-            raise ConfigError(f"[tool.fastci] {name} must be a string")
-        out[name] = value
-    return Settings(**out)
+    return Settings(**{name: _checked(name, value) for name, value in values.items()})
+
+
+def _checked(name: str, value: object) -> object:
+    """One setting's value in its type, or a ConfigError that names the key."""
+    if name in _TUPLES:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"[tool.fastci] {name} must be a list of names")
+        return tuple(value)
+    if name in _NUMBERS:
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ConfigError(f"[tool.fastci] {name} must be a number") from None
+        if not number >= 0:
+            raise ConfigError(f"[tool.fastci] {name} must not be negative")
+        return number
+    if name == "mode" and value not in ("enforce", "shadow"):
+        raise ConfigError(f"[tool.fastci] mode must be 'enforce' or 'shadow', not {value!r}")
+    if name == "prune" and value not in PRUNE_MODES:
+        raise ConfigError(f"[tool.fastci] prune must be one of {', '.join(PRUNE_MODES)}, "
+                          f"not {value!r}")
+    if not isinstance(value, str):
+        raise ConfigError(f"[tool.fastci] {name} must be a string")
+    return value
