@@ -30,12 +30,11 @@ from fastci.runner.execution.coverage_delta import changed_lines, executed, repo
 from fastci.runner.engine import Engine, audit_entry
 from fastci.runner.git import WORKTREE
 from fastci.runner.record.recorder import recording_from_json
-from fastci.runner.store.redis import open_store
 from fastci.runner.selection.report import Decision, RunReport, TestResult
 from fastci.runner.execution.flaky import not_run
 from fastci.runner.execution.flaky import results as test_results
 from fastci.runner.execution.shard import split
-from fastci.runner.store.sqlite import EvidenceStore, StoreError
+from fastci.runner.store import EvidenceStore, SqliteEvidenceStore, StoreError, open_store
 
 from . import checks, github, workspace
 from .events import RERUN_FAILED, RUN_ALL, Work
@@ -200,7 +199,7 @@ def _plan(engine: Engine, base_sha: str, prune: bool):
         problem = str(exc)
     with tempfile.TemporaryDirectory(prefix="fastci-nostore-") as tmp:
         planned = engine.plan(base=base_sha, head=WORKTREE,
-                              store=EvidenceStore(Path(tmp) / "empty.db"))
+                              store=SqliteEvidenceStore(Path(tmp) / "empty.db"))
     reason = f"the evidence store could not be read ({problem}): every test runs"
     planned.selection = replace(planned.selection, select_all_reason=reason)
     return planned, problem
@@ -440,7 +439,7 @@ def _change_notes(planned) -> list[dict]:
     return checks.change_annotations(dict(changes.blocks), spans, per_block)
 
 
-def _coverage(engine: Engine, store, planned):
+def _coverage(engine: Engine, store: EvidenceStore, planned):
     """Diff coverage of the change, and coverage against the base, from stored evidence."""
     head_commit = engine.repo.head()
     envs = store.snapshot_envs(head_commit)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastci.runner.errors import FastCIError
+from fastci.runner.store import resolve_store
 
 
 class SettingsError(FastCIError):
@@ -56,7 +57,8 @@ class AppSettings:
 
     @property
     def store_path(self) -> Path | str:
-        return self.store or self.workspace / "evidence.db"
+        """FASTCI_STORE as given; else evidence.db in the workspace (a redis:// URL as is)."""
+        return resolve_store(self.store, "evidence.db", self.workspace)
 
     def require_github(self) -> None:
         missing = [name for name, value in (("FASTCI_APP_ID", self.app_id),

@@ -202,8 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--repo", default=".", help="repository (default: the current one)")
     common.add_argument("--store", default=None,
-                        help="evidence store file (default: .fastci/evidence.db, or "
-                             "$FASTCI_STORE)")
+                        help="evidence store: a file or a redis:// URL (default: [tool.fastci] "
+                             "store or $FASTCI_STORE, relative to the repository; else "
+                             ".fastci/evidence.db)")
     common.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
     prune = argparse.ArgumentParser(add_help=False)
     prune.add_argument("--no-prune", action="store_true",

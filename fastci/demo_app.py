@@ -191,12 +191,12 @@ class AppLoop:
     def has_evidence(self) -> bool:
         import sqlite3  # noqa: PLC0415
 
-        from fastci.runner.store.sqlite import EvidenceStore, StoreError  # noqa: PLC0415
+        from fastci.runner.store import SqliteEvidenceStore, StoreError  # noqa: PLC0415
 
         if not self.store.exists():
             return False
         try:
-            with EvidenceStore(self.store, create=False) as store:
+            with SqliteEvidenceStore(self.store, create=False) as store:
                 return self.base in store.commits_with_evidence()
         except (StoreError, sqlite3.Error):  # being created or written by the worker
             return False

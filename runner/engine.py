@@ -32,8 +32,7 @@ from fastci.runner.selection.plan import make_plan
 from fastci.runner.record.recorder import Recording, blob_sha, recording_from_json
 from fastci.runner.selection.report import RunReport, Selection
 from fastci.runner.selection.rules import History, SelectionInput, select
-from fastci.runner.store.redis import is_redis_url, open_store
-from fastci.runner.store.sqlite import EvidenceStore
+from fastci.runner.store import EvidenceStore, open_store, resolve_store
 
 DEFAULT_BRANCHES = ("origin/HEAD", "origin/main", "origin/master", "main", "master")
 
@@ -56,12 +55,8 @@ class Engine:
         self.repo = Repo.find(root)
         # Given settings win: the GitHub App reads them from the trusted base commit.
         self.settings = settings or config.load(self.repo.root)
-        # [tool.fastci] store, or FASTCI_STORE; relative paths are the repository's.
-        location = store_path or self.settings.store
-        if is_redis_url(location):
-            self.store_path = str(location)  # a shared store for a fleet of runners
-        else:
-            self.store_path = self.repo.root / location if not store_path else Path(store_path)
+        # --store as given; else [tool.fastci] store (or FASTCI_STORE), the repository's.
+        self.store_path = resolve_store(store_path, self.settings.store, self.repo.root)
         self.progress = progress or (lambda message: None)
 
     def open_store(self, create: bool = True) -> EvidenceStore:
@@ -160,7 +155,7 @@ class Engine:
             if own_store:
                 store.close()
 
-    def _prune(self, store, selection, snapshot, head, head_tree):
+    def _prune(self, store: EvidenceStore, selection, snapshot, head, head_tree):
         from fastci.runner.prune import decide as prune  # noqa: PLC0415 (only a plan that may prune pays for it)
 
         paths = {p for d in selection.selected for p, _ in d.prunable}
@@ -188,7 +183,7 @@ class Engine:
             return {}
         return self.repo.renames(snapshot.commit, head)
 
-    def _old_inventories(self, store, snapshot: Snapshot, paths: set[str]):
+    def _old_inventories(self, store: EvidenceStore, snapshot: Snapshot, paths: set[str]):
         wanted = {p: snapshot.tree[p] for p in paths if p in snapshot.tree and p.endswith(".py")}
         found = store.load_inventories(wanted.values())
         out = {p: found[b] for p, b in wanted.items() if b in found}
@@ -270,8 +265,8 @@ class Engine:
                 report.extra["audit"] = entry
         return report
 
-    def store_results(self, store, planned: Planned, recordings: list, collected: list[str],
-                      flaky: set[str] = frozenset()) -> None:
+    def store_results(self, store: EvidenceStore, planned: Planned, recordings: list,
+                      collected: list[str], flaky: set[str] = frozenset()) -> None:
         """Store the head's evidence after running (some of) a plan's selection: fresh for
         the tests that ran, carried forward for the rest (pruned ones with their replays)."""
         if recordings:

@@ -212,9 +212,9 @@ def test_the_full_run_on_the_default_branch_audits_the_selection(world):
     result = jobs.handle(refresh.to_json(), "delivery-push")
     assert result["status"] == "recorded" and result["audited"] is True
     assert result["missed"] == []
-    from fastci.runner.store.sqlite import EvidenceStore
+    from fastci.runner.store import SqliteEvidenceStore
 
-    with EvidenceStore(load().store_path) as store:
+    with SqliteEvidenceStore(load().store_path) as store:
         [entry] = store.audits()
         assert head in store.commits_with_evidence()
     assert entry["kind"] == "full" and entry["commit"] == head and entry["base"] == base

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from fastci.runner.store.sqlite import EvidenceStore
+from fastci.runner.store import SqliteEvidenceStore
 
 FILES = {
     "pkg/__init__.py": "",
@@ -46,7 +46,7 @@ def test_a_failure_that_passes_on_rerun_is_flaky_and_not_counted(project, tmp_pa
     assert by_id["tests/test_calc.py::test_flaky"]["flaky"] is True
     assert by_id["tests/test_calc.py::test_broken"]["flaky"] is False
     assert report["summary"]["failed"] == 1 and report["summary"]["flaky"] == 1
-    with EvidenceStore(project.root / ".fastci" / "evidence.db") as store:
+    with SqliteEvidenceStore(project.root / ".fastci" / "evidence.db") as store:
         outcomes = store.outcomes()
     # Kept out of the risk model's failure history; the real failure stays in it.
     assert "failed" not in outcomes.get("tests/test_calc.py::test_flaky", [])

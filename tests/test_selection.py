@@ -215,10 +215,10 @@ def test_select_between_two_commits(library):
 
 
 def test_evidence_from_another_environment_selects_everything(library):
-    from fastci.runner.store.sqlite import EvidenceStore
+    from fastci.runner.store import SqliteEvidenceStore
 
     store_path = library.root / ".fastci" / "evidence.db"
-    with EvidenceStore(store_path) as store:
+    with SqliteEvidenceStore(store_path) as store:
         store._db.execute("UPDATE snapshots SET env='0000', env_json=replace(env_json, "
                           "'\"python\": \"', '\"python\": \"2.7-')")
     result = library.select()

@@ -1,16 +1,25 @@
-"""The evidence store: round trips, versioning, bad files, two writers."""
+"""The SQLite evidence store: round trips, versioning, bad files, two writers; where the
+store is. What every backend answers alike is in test_store_backends.py."""
 
 from __future__ import annotations
 
 import multiprocessing
 import sqlite3
+from pathlib import Path
 
 import pytest
 
 from fastci.runner.analysis.blocks import parse_blocks
 from fastci.runner.analysis.environment import current
+from fastci.runner.errors import EXIT_STORE
 from fastci.runner.evidence import Snapshot, TestRecord
-from fastci.runner.store.sqlite import SCHEMA_VERSION, EvidenceStore, StoreError
+from fastci.runner.store import (
+    SCHEMA_VERSION,
+    SqliteEvidenceStore,
+    StoreError,
+    open_store,
+    resolve_store,
+)
 
 
 def snapshot(commit="c1", tests=3, source="record") -> Snapshot:
@@ -29,7 +38,7 @@ def snapshot(commit="c1", tests=3, source="record") -> Snapshot:
 
 def test_snapshot_round_trip(tmp_path):
     snap = snapshot()
-    with EvidenceStore(tmp_path / "e.db") as store:
+    with SqliteEvidenceStore(tmp_path / "e.db") as store:
         store.save_snapshot(snap)
         loaded = store.load_snapshot("c1", snap.environment.digest, with_lines=True)
     assert loaded.tree == snap.tree and loaded.import_time == snap.import_time
@@ -42,7 +51,7 @@ def test_snapshot_round_trip(tmp_path):
 
 
 def test_saving_the_same_commit_replaces_it_and_dedupes_evidence(tmp_path):
-    with EvidenceStore(tmp_path / "e.db") as store:
+    with SqliteEvidenceStore(tmp_path / "e.db") as store:
         store.save_snapshot(snapshot("c1"))
         store.save_snapshot(snapshot("c1"))
         store.save_snapshot(snapshot("c2"))
@@ -54,7 +63,7 @@ def test_saving_the_same_commit_replaces_it_and_dedupes_evidence(tmp_path):
 
 def test_inventory_cache_round_trip(tmp_path):
     fb = parse_blocks("X = 1\nclass A:\n    y = X\n    def f(self):\n        return self.y\n")
-    with EvidenceStore(tmp_path / "e.db") as store:
+    with SqliteEvidenceStore(tmp_path / "e.db") as store:
         store.save_inventories({"blob1": fb})
         got = store.load_inventories(["blob1", "missing"])["blob1"]
     assert got.blocks == fb.blocks
@@ -65,7 +74,7 @@ def test_corrupt_file_is_a_clear_error_and_is_left_alone(tmp_path):
     path = tmp_path / "evidence.db"
     path.write_bytes(b"this is not sqlite at all" * 100)
     with pytest.raises(StoreError, match="not a FastCI evidence store"):
-        EvidenceStore(path)
+        SqliteEvidenceStore(path)
     assert path.read_bytes().startswith(b"this is not sqlite")
 
 
@@ -76,27 +85,74 @@ def test_foreign_sqlite_file_is_refused(tmp_path):
     db.commit()
     db.close()
     with pytest.raises(StoreError, match="not a FastCI evidence store"):
-        EvidenceStore(path)
+        SqliteEvidenceStore(path)
 
 
 def test_older_schema_is_kept_aside_and_rebuilt(tmp_path, capsys):
     path = tmp_path / "e.db"
-    with EvidenceStore(path) as store:
+    with SqliteEvidenceStore(path) as store:
         store.save_snapshot(snapshot())
         store._db.execute("UPDATE meta SET value='0' WHERE key='schema_version'")
-    with EvidenceStore(path) as store:
+    with SqliteEvidenceStore(path) as store:
         assert store.commits_with_evidence() == set()
     assert (tmp_path / "e.db.v0.bak").exists()
-    assert f"uses {SCHEMA_VERSION}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"uses {SCHEMA_VERSION}" in err
+    assert "re-recorded (`fastci record`)" in err and "e.db.v0.bak" in err
+
+
+def test_the_previous_schema_version_is_kept_aside_too(tmp_path, capsys):
+    path = tmp_path / "e.db"
+    with SqliteEvidenceStore(path) as store:
+        store.save_snapshot(snapshot())
+        store._db.execute("UPDATE meta SET value=? WHERE key='schema_version'",
+                          (str(SCHEMA_VERSION - 1),))
+    with SqliteEvidenceStore(path) as store:
+        assert store.commits_with_evidence() == set()
+        tables = {r[0] for r in store._db.execute("SELECT name FROM sqlite_master")}
+    kept = tmp_path / f"e.db.v{SCHEMA_VERSION - 1}.bak"
+    old = sqlite3.connect(kept)  # the old evidence is intact, for an older FastCI
+    assert old.execute("SELECT count(*) FROM snapshots").fetchone()[0] == 1
+    old.close()
+    assert "audit" in tables and "fastci record" in capsys.readouterr().err
+
+
+def test_a_newer_schema_is_refused_and_left_alone(tmp_path):
+    path = tmp_path / "e.db"
+    with SqliteEvidenceStore(path) as store:
+        store.save_snapshot(snapshot())
+        store._db.execute("UPDATE meta SET value=? WHERE key='schema_version'",
+                          (str(SCHEMA_VERSION + 1),))
+    before = path.read_bytes()
+    for _ in range(2):  # refused every time, never rebuilt
+        with pytest.raises(StoreError, match="upgrade FastCI") as info:
+            SqliteEvidenceStore(path)
+        assert info.value.exit_code == EXIT_STORE
+        assert f"schema version {SCHEMA_VERSION + 1}" in str(info.value)
+    assert path.read_bytes() == before
+    assert list(tmp_path.glob("*.bak")) == []
+
+
+def test_the_cli_exits_4_on_a_newer_store(project, tmp_path):
+    project.write({"README": "x\n"})
+    project.commit()
+    path = tmp_path / "newer.db"
+    with SqliteEvidenceStore(path) as store:
+        store._db.execute("UPDATE meta SET value=? WHERE key='schema_version'",
+                          (str(SCHEMA_VERSION + 1),))
+    proc = project.fastci("audit", "--store", str(path), check=False)
+    assert proc.returncode == EXIT_STORE, proc.stderr
+    assert "upgrade FastCI" in proc.stderr and "re-record" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_missing_store_without_create_says_what_to_do(tmp_path):
     with pytest.raises(StoreError, match="fastci record"):
-        EvidenceStore(tmp_path / "none.db", create=False)
+        SqliteEvidenceStore(tmp_path / "none.db", create=False)
 
 
 def _writer(path: str, commit: str, n: int) -> None:
-    with EvidenceStore(path) as store:
+    with SqliteEvidenceStore(path) as store:
         for i in range(n):
             store.save_snapshot(snapshot(f"{commit}-{i}", tests=20))
             store.add_history(f"{commit}-{i}", "env", snapshot(tests=5).tests.values(),
@@ -105,7 +161,7 @@ def _writer(path: str, commit: str, n: int) -> None:
 
 def test_two_writers_lose_nothing(tmp_path):
     path = str(tmp_path / "e.db")
-    EvidenceStore(path).close()
+    SqliteEvidenceStore(path).close()
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=_writer, args=(path, name, 15)) for name in ("a", "b")]
     for p in procs:
@@ -113,7 +169,7 @@ def test_two_writers_lose_nothing(tmp_path):
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
-    with EvidenceStore(path) as store:
+    with SqliteEvidenceStore(path) as store:
         assert len(store.commits_with_evidence()) == 30
         assert sum(len(v) for v in store.outcomes().values()) == 150
 
@@ -121,10 +177,47 @@ def test_two_writers_lose_nothing(tmp_path):
 def test_history_feeds_risk_inputs(tmp_path):
     snap = snapshot()
     failing = {k: v.__class__(**{**v.__dict__, "outcome": "failed"}) for k, v in snap.tests.items()}
-    with EvidenceStore(tmp_path / "e.db") as store:
+    with SqliteEvidenceStore(tmp_path / "e.db") as store:
         store.add_history("c1", "env", failing.values(), changed_paths=["pkg/a.py"])
         store.add_history("c2", "env", snap.tests.values(), changed_paths=["pkg/b.py"])
         outcomes = store.outcomes()
         rates = store.cofailure_rates(["pkg/a.py", "pkg/b.py"])
     assert outcomes["tests/test_a.py::test_1"] == ["passed", "failed"]
     assert rates["tests/test_a.py::test_1"] == {"pkg/a.py": 1.0}
+
+
+def test_where_the_store_is(tmp_path):
+    root = tmp_path / "repo"
+    # an explicit location is taken as given (a relative one is the working directory's)
+    assert resolve_store("mine.db", ".fastci/evidence.db", root) == Path("mine.db")
+    assert resolve_store(tmp_path / "x.db", ".fastci/evidence.db", root) == tmp_path / "x.db"
+    # else the configured one, relative to the root
+    assert resolve_store(None, ".fastci/evidence.db", root) == root / ".fastci" / "evidence.db"
+    assert resolve_store("", "/abs/e.db", root) == Path("/abs/e.db")
+    # a redis:// URL passes through, explicit or configured
+    url = "redis://127.0.0.1:6379/0?prefix=team-a"
+    assert resolve_store(url, ".fastci/evidence.db", root) == url
+    assert resolve_store(None, url, root) == url
+    assert resolve_store(None, "unix:///run/redis.sock", root) == "unix:///run/redis.sock"
+
+
+def test_the_app_and_the_runner_resolve_alike(tmp_path, project, monkeypatch):
+    from fastci.app.settings import load as app_settings
+    from fastci.runner.engine import Engine
+
+    monkeypatch.delenv("FASTCI_STORE", raising=False)
+    project.write({"pyproject.toml": "[tool.fastci]\nstore = \"cache/e.db\"\n"})
+    project.commit()
+    assert Engine(project.root).store_path == project.root / "cache" / "e.db"
+    assert Engine(project.root, "given.db").store_path == Path("given.db")
+    workspace = tmp_path / "ws"
+    assert app_settings({"FASTCI_WORKSPACE": str(workspace)}).store_path == \
+        workspace / "evidence.db"
+    assert app_settings({"FASTCI_STORE": "redis://h:1/2"}).store_path == "redis://h:1/2"
+
+
+def test_open_store_opens_a_file_by_path(tmp_path):
+    with open_store(tmp_path / "e.db") as store:
+        assert isinstance(store, SqliteEvidenceStore)
+    with pytest.raises(StoreError, match="fastci record"):
+        open_store(tmp_path / "none.db", create=False)

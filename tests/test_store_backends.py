@@ -1,28 +1,53 @@
 """One contract, two stores: SQLite (a laptop) and Redis (a fleet's shared store) answer alike.
 
-Plus the fleet path end to end: `fastci record` and `fastci select` through a redis:// store.
+Every contract test takes `store`, a fixture that yields each backend in turn, and uses it
+only through the `EvidenceStore` Protocol. The Redis case runs on the real Redis at
+127.0.0.1:6379 under a key prefix of its own, flushed before and after (the server is shared
+with other test runs, so the test flushes its own keys, never the whole database), and
+skips with one line when there is no Redis.
+
+Plus the schema rules on both (older: kept aside, started empty; newer: refused, untouched)
+and the fleet path end to end: `fastci record` and `fastci select` through a redis:// store.
 """
 
 from __future__ import annotations
 
+import inspect
+import sqlite3
+import threading
 import uuid
+from dataclasses import replace
 
 import pytest
-
+import redis as redis_lib
 from conftest import REDIS_URL as REDIS
 from test_store import snapshot
 
 from fastci.runner.analysis.blocks import parse_blocks
-from fastci.runner.store.redis import RedisEvidenceStore, open_store
-from fastci.runner.store.sqlite import StoreError
+from fastci.runner.analysis.environment import current
+from fastci.runner.errors import EXIT_STORE
+from fastci.runner.store import (
+    SCHEMA_VERSION,
+    EvidenceStore,
+    RedisEvidenceStore,
+    SqliteEvidenceStore,
+    StoreError,
+    open_store,
+)
+
+
+def _flush(client, name: str) -> None:
+    for key in client.scan_iter(f"{name}*"):  # the prefix and what was moved aside from it
+        client.delete(key)
+
 
 @pytest.fixture
 def prefix(redis):
     """A key prefix of this test's own in the real Redis (skips, saying why, without one)."""
     name = f"fastci-test-ev-{uuid.uuid4().hex[:8]}"
+    _flush(redis, name)
     yield name
-    for key in redis.scan_iter(f"{name}:*"):
-        redis.delete(key)
+    _flush(redis, name)
 
 
 @pytest.fixture(params=["sqlite", "redis"])
@@ -32,20 +57,64 @@ def location(request, tmp_path):
     return f"{REDIS}?prefix={request.getfixturevalue('prefix')}"
 
 
-def test_snapshots_round_trip_alike(location):
+@pytest.fixture(params=["sqlite", "redis"])
+def store(request, tmp_path):
+    """Each backend, opened empty; the tests see only the Protocol."""
+    if request.param == "sqlite":
+        opened = SqliteEvidenceStore(tmp_path / "e.db")
+    else:
+        opened = RedisEvidenceStore(f"{REDIS}?prefix={request.getfixturevalue('prefix')}")
+    with opened:
+        yield opened
+
+
+# -- the interface ---------------------------------------------------------------------------
+PROTOCOL_METHODS = sorted(
+    name for name, member in vars(EvidenceStore).items()
+    if callable(member) and (not name.startswith("_") or name in ("__enter__", "__exit__")))
+
+
+def test_the_protocol_declares_what_callers_use():
+    assert {"save_inventories", "load_inventories", "save_captures", "load_capture",
+            "replay_result", "save_replay_results", "save_snapshot", "snapshot_envs",
+            "commits_with_evidence", "load_snapshot", "add_audit", "audits", "add_history",
+            "outcomes", "durations", "cofailure_rates", "flip_history", "close",
+            "__enter__", "__exit__"} <= set(PROTOCOL_METHODS)
+
+
+def test_each_backend_implements_the_protocol(store):
+    assert isinstance(store, EvidenceStore)
+    for name in PROTOCOL_METHODS:  # same parameters, names, kinds and defaults
+        declared = inspect.signature(getattr(EvidenceStore, name)).parameters
+        actual = inspect.signature(getattr(type(store), name)).parameters
+        assert [(p.name, p.kind, p.default) for p in actual.values()] == \
+            [(p.name, p.kind, p.default) for p in declared.values()], f"{type(store)}.{name}"
+    with store as entered:
+        assert entered is store
+
+
+def test_open_store_picks_the_backend_by_location(location):
+    with open_store(location) as opened:
+        assert isinstance(opened, EvidenceStore)
+        assert isinstance(opened, RedisEvidenceStore if str(location).startswith("redis://")
+                          else SqliteEvidenceStore)
+
+
+# -- the contract ----------------------------------------------------------------------------
+def test_snapshots_round_trip_alike(store: EvidenceStore):
     snap = snapshot()
-    with open_store(location) as store:
-        store.save_snapshot(snap)
-        store.save_snapshot(snapshot("c2"))
-        env = snap.environment.digest
-        loaded = store.load_snapshot("c1", env, with_lines=True)
-        assert store.commits_with_evidence() == {"c1", "c2"}
-        assert store.commits_with_evidence(env) == {"c1", "c2"}
-        assert [key for key, _ in store.snapshot_envs("c1")] == [env]
-        assert store.load_snapshot("nope", env) is None
-        without_lines = store.load_snapshot("c1", env)
+    store.save_snapshot(snap)
+    store.save_snapshot(snapshot("c2"))
+    env = snap.environment.digest
+    loaded = store.load_snapshot("c1", env, with_lines=True)
+    assert store.commits_with_evidence() == {"c1", "c2"}
+    assert store.commits_with_evidence(env) == {"c1", "c2"}
+    assert [key for key, _ in store.snapshot_envs("c1")] == [env]
+    assert store.load_snapshot("nope", env) is None
+    without_lines = store.load_snapshot("c1", env)
     assert loaded.tree == snap.tree and loaded.import_time == snap.import_time
     assert loaded.session_files == snap.session_files and loaded.env_key == env
+    assert loaded.environment == snap.environment and loaded.source == "record"
     for test_id, test in snap.tests.items():
         got = loaded.tests[test_id]
         assert (got.blocks, got.files, got.kernels, got.lines) == \
@@ -54,39 +123,160 @@ def test_snapshots_round_trip_alike(location):
         assert without_lines.tests[test_id].lines is None
 
 
-def test_inventories_captures_and_replays_alike(location, tmp_path):
+def test_saving_a_commit_again_replaces_it(store: EvidenceStore):
+    store.save_snapshot(snapshot("c1", tests=3))
+    store.save_snapshot(snapshot("c1", tests=1, source="run"))
+    loaded = store.load_snapshot("c1", snapshot().environment.digest)
+    assert list(loaded.tests) == ["tests/test_a.py::test_0"] and loaded.source == "run"
+    assert store.commits_with_evidence() == {"c1"}
+
+
+def test_environments_of_a_commit_newest_first(store: EvidenceStore):
+    here = current()
+    there = replace(here, python="0.0.0-elsewhere")
+    store.save_snapshot(replace(snapshot("c1"), environment=there, created_at=1.0))
+    store.save_snapshot(replace(snapshot("c1"), environment=here, created_at=2.0))
+    assert store.snapshot_envs("c1") == [(here.digest, here), (there.digest, there)]
+    assert store.snapshot_envs("c2") == []
+    assert store.commits_with_evidence(there.digest) == {"c1"}
+    assert store.commits_with_evidence("no-such-env") == set()
+
+
+def test_inventories_captures_and_replays_alike(store: EvidenceStore, tmp_path):
     fb = parse_blocks("X = 1\nclass A:\n    y = X\n    def f(self):\n        return self.y\n")
     blob = tmp_path / "capture"
     blob.write_bytes(b"\x00module bytes")
-    with open_store(location) as store:
-        store.save_inventories({"blob1": fb})
-        assert store.load_inventories(["blob1", "missing"])["blob1"].blocks == fb.blocks
-        store.save_captures({"d1": blob})
-        assert store.load_capture("d1") == b"\x00module bytes"
-        assert store.load_capture("d2") is None
-        store.save_replay_results({"k": {"fingerprints": {"out": {"hash": "1"}}}})
-        assert store.replay_result("k") == {"fingerprints": {"out": {"hash": "1"}}}
-        assert store.replay_result("other") is None
+    store.save_inventories({"blob1": fb})
+    got = store.load_inventories(["blob1", "missing"])
+    assert list(got) == ["blob1"] and got["blob1"].blocks == fb.blocks
+    assert got["blob1"].owner_of(5) == "A.f"
+    store.save_captures({"d1": blob})
+    assert store.load_capture("d1") == b"\x00module bytes"
+    assert store.load_capture("d2") is None
+    store.save_replay_results({"k": {"fingerprints": {"out": {"hash": "1"}}}})
+    assert store.replay_result("k") == {"fingerprints": {"out": {"hash": "1"}}}
+    assert store.replay_result("other") is None
 
 
-def test_history_alike(location):
+def test_history_alike(store: EvidenceStore):
     snap = snapshot()
     failing = {k: v.__class__(**{**v.__dict__, "outcome": "failed"}) for k, v in snap.tests.items()}
-    with open_store(location) as store:
-        store.add_history("c1", "env", failing.values(), changed_paths=["pkg/a.py"])
-        store.add_history("c2", "env", snap.tests.values(), changed_paths=["pkg/b.py"],
-                          flaky={"tests/test_a.py::test_2"})
-        outcomes = store.outcomes()
-        rates = store.cofailure_rates(["pkg/a.py", "pkg/b.py"])
-        durations = store.durations()
-        flips = store.flip_history(["tests/test_a.py::test_1"])
+    store.add_history("c1", "env", failing.values(), changed_paths=["pkg/a.py"])
+    store.add_history("c2", "env", snap.tests.values(), changed_paths=["pkg/b.py"],
+                      flaky={"tests/test_a.py::test_2"})
+    outcomes = store.outcomes()
+    rates = store.cofailure_rates(["pkg/a.py", "pkg/b.py"])
+    durations = store.durations()
+    flips = store.flip_history(["tests/test_a.py::test_1"])
     assert outcomes["tests/test_a.py::test_1"] == ["passed", "failed"]
     assert outcomes["tests/test_a.py::test_2"] == ["failed"]  # the flaky pass left out
     assert rates["tests/test_a.py::test_1"] == {"pkg/a.py": 1.0}
     assert durations["tests/test_a.py::test_1"] == pytest.approx(0.1)
     assert flips["tests/test_a.py::test_1"] == [("c2", "passed"), ("c1", "failed")]
+    assert store.outcomes(limit_per_test=1)["tests/test_a.py::test_1"] == ["passed"]
 
 
+def test_audits_alike(store: EvidenceStore):
+    store.add_audit({"at": 20.0, "kind": "shadow", "missed": ["t2"]})
+    store.add_audit({"at": 10.0, "kind": "full", "missed": []})
+    assert [a["kind"] for a in store.audits()] == ["full", "shadow"]  # oldest first
+    assert store.audits(since=15.0) == [{"at": 20.0, "kind": "shadow", "missed": ["t2"]}]
+
+
+def test_an_empty_store_read_without_create_is_a_clear_error(location):
+    with pytest.raises(StoreError, match="fastci record|no FastCI evidence") as info:
+        open_store(location, create=False)
+    assert info.value.exit_code == EXIT_STORE
+
+
+# -- the schema version, on both -------------------------------------------------------------
+def _set_version(location, version: int) -> None:
+    """Mark the store at `location` as written by another schema version, from outside."""
+    if str(location).startswith("redis://"):
+        client = redis_lib.Redis.from_url(REDIS)
+        client.set(f"{str(location).split('prefix=')[1]}:schema_version", version)
+        client.close()
+    else:
+        db = sqlite3.connect(location)
+        db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(version),))
+        db.commit()
+        db.close()
+
+
+def _kept_aside(location) -> list:
+    if str(location).startswith("redis://"):
+        client = redis_lib.Redis.from_url(REDIS)
+        kept = list(client.scan_iter(f"{str(location).split('prefix=')[1]}.v*"))
+        client.close()
+        return kept
+    return list(location.parent.glob("*.bak"))
+
+
+def test_a_newer_schema_is_refused_and_left_untouched(location):
+    with open_store(location) as store:
+        store.save_snapshot(snapshot())
+    _set_version(location, SCHEMA_VERSION + 1)
+    for _ in range(2):  # refused every time, never moved aside
+        with pytest.raises(StoreError, match="upgrade FastCI") as info:
+            open_store(location)
+        assert info.value.exit_code == EXIT_STORE and "re-record" in str(info.value)
+    assert _kept_aside(location) == []
+    _set_version(location, SCHEMA_VERSION)  # what it held is still there
+    with open_store(location) as store:
+        assert store.commits_with_evidence() == {"c1"}
+
+
+def test_an_older_schema_is_kept_aside_and_started_empty(location, capsys):
+    with open_store(location) as store:
+        store.save_snapshot(snapshot())
+    old = SCHEMA_VERSION - 1
+    _set_version(location, old)
+    with open_store(location) as store:
+        assert store.commits_with_evidence() == set()
+        store.save_snapshot(snapshot("c2"))
+    err = capsys.readouterr().err
+    assert f"schema version {old}, this FastCI uses {SCHEMA_VERSION}" in err
+    assert "re-recorded (`fastci record`)" in err
+    with open_store(location) as store:  # the new version holds: nothing moves again
+        assert store.commits_with_evidence() == {"c2"}
+    assert "kept it as" not in capsys.readouterr().err
+    assert _kept_aside(location)
+
+
+def test_redis_keeps_an_older_version_under_its_own_prefix(prefix, redis):
+    url = f"{REDIS}?prefix={prefix}"
+    with RedisEvidenceStore(url) as store:
+        store.save_snapshot(snapshot())
+        store.add_history("c1", "env", snapshot().tests.values())
+    old = SCHEMA_VERSION - 1
+    redis.set(f"{prefix}:schema_version", old)
+    redis.set(f"{prefix}x:neighbour", b"not ours")  # a longer prefix is another store
+    before = {k[len(prefix):] for k in redis.scan_iter(f"{prefix}:*")}
+    errors = []
+
+    def open_once() -> None:
+        try:
+            RedisEvidenceStore(url).close()
+        except Exception as exc:  # noqa: BLE001 - reported below, in the test's thread
+            errors.append(exc)
+
+    openers = [threading.Thread(target=open_once) for _ in range(3)]
+    for t in openers:  # several processes meet the old version at once: one moves it
+        t.start()
+    for t in openers:
+        t.join(30)
+    assert errors == []
+    aside = f"{prefix}.v{old}"
+    assert {k[len(aside):] for k in redis.scan_iter(f"{aside}:*")} == before
+    assert {k for k in redis.scan_iter(f"{prefix}:*")} == {f"{prefix}:schema_version".encode()}
+    assert int(redis.get(f"{prefix}:schema_version")) == SCHEMA_VERSION
+    assert int(redis.get(f"{aside}:schema_version")) == old
+    assert redis.get(f"{prefix}x:neighbour") == b"not ours"
+    with RedisEvidenceStore(url) as store:
+        assert store.commits_with_evidence() == set() and store.outcomes() == {}
+
+
+# -- Redis only ------------------------------------------------------------------------------
 def test_an_unreachable_redis_store_is_a_clear_error():
     with pytest.raises(StoreError, match="unreachable"):
         RedisEvidenceStore("redis://127.0.0.1:1/0")

@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict, deque
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from fastci.runner.analysis.blocks import FileBlocks, module_name_for, parse_blocks
 from fastci.runner.git import Repo
+
+if TYPE_CHECKING:
+    from fastci.runner.store import EvidenceStore
 
 
 def is_python(path: str) -> bool:
     return path.endswith(".py")
 
 
-def load(repo: Repo, rev: str, tree: Mapping[str, str], store, paths=None
+def load(repo: Repo, rev: str, tree: Mapping[str, str], store: EvidenceStore, paths=None
          ) -> dict[str, FileBlocks]:
     """{path: FileBlocks} for the Python files of a tree (or the `paths` given)."""
     wanted = [p for p in (paths if paths is not None else tree) if is_python(p) and p in tree]
@@ -43,7 +46,8 @@ class Inventories(Mapping[str, FileBlocks]):
     mapping that loads lazily keeps the first case fast without a second code path.
     """
 
-    def __init__(self, repo: Repo, rev: str, tree: Mapping[str, str], store) -> None:
+    def __init__(self, repo: Repo, rev: str, tree: Mapping[str, str],
+                 store: EvidenceStore) -> None:
         self._repo, self._rev, self._tree, self._store = repo, rev, tree, store
         self._paths = [p for p in tree if is_python(p)]
         self._loaded: dict[str, FileBlocks] = {}

@@ -8,10 +8,14 @@ so its old evidence still holds, with its executed lines moved to where they now
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from fastci.runner.evidence import Snapshot, TestRecord
 from fastci.runner.git import GitError, Repo
 from fastci.runner.record.recorder import Recording
+
+if TYPE_CHECKING:
+    from fastci.runner.store import EvidenceStore
 
 
 def head_commit(repo: Repo) -> str:
@@ -21,7 +25,7 @@ def head_commit(repo: Repo) -> str:
     return commit
 
 
-def store_recording(store, repo: Repo, recording: Recording) -> str:
+def store_recording(store: EvidenceStore, repo: Repo, recording: Recording) -> str:
     """Store a full recording as the snapshot of HEAD; returns a one-line summary."""
     commit = head_commit(repo)
     store.save_snapshot(recording.snapshot(commit, source="record"))
@@ -113,9 +117,10 @@ def add_replayed(test: TestRecord, lines: dict[str, tuple[int, ...]], inventorie
                    lines={p: tuple(sorted(ls)) for p, ls in merged.items()})
 
 
-def store_run(store, repo: Repo, base: Snapshot, recording: Recording, collected: list[str],
-              renames: dict[str, str], changed_paths: list[str], flaky: set[str] = frozenset(),
-              replayed_lines=None, head_inventories=None) -> Snapshot:
+def store_run(store: EvidenceStore, repo: Repo, base: Snapshot, recording: Recording,
+              collected: list[str], renames: dict[str, str], changed_paths: list[str],
+              flaky: set[str] = frozenset(), replayed_lines=None, head_inventories=None
+              ) -> Snapshot:
     """Store the head's snapshot after a selective run, and the run's history."""
     commit = head_commit(repo)
     tests = carry_forward(repo, base, recording, collected, renames)

@@ -25,11 +25,14 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from fastci.runner.git import WORKTREE, Repo
 from fastci.runner.selection.report import Selection
 from fastci.runner.execution.shard import scrubbed_environment
+
+if TYPE_CHECKING:
+    from fastci.runner.store import EvidenceStore
 
 MAX_MATERIALIZE = 256 * 2**20  # bytes of an old tree written out for its replay
 REPLAY_TIMEOUT = 600
@@ -127,8 +130,8 @@ def _span(lines: set[int]) -> str:
     return f"{s[0]}" if len(s) == 1 else f"{s[0]}-{s[-1]}"
 
 
-def prune(repo: Repo, store, selection: Selection, snapshot, head: str, head_tree,
-          old_inventories, mode: str = "exact", progress=None) -> PruneOutcome:
+def prune(repo: Repo, store: EvidenceStore, selection: Selection, snapshot, head: str,
+          head_tree, old_inventories, mode: str = "exact", progress=None) -> PruneOutcome:
     started = time.perf_counter()
     progress = progress or (lambda message: None)
     found, kept = candidates(selection, snapshot, old_inventories)
@@ -170,7 +173,8 @@ class _Replays:
     """The two replays (the evidence's tree, the new tree), cached in the store by
     (capture, tree, mode): a capture replayed once under some code is never replayed again."""
 
-    def __init__(self, repo, store, snapshot, head, head_tree, tmp: Path, mode: str) -> None:
+    def __init__(self, repo, store: EvidenceStore, snapshot, head, head_tree, tmp: Path,
+                 mode: str) -> None:
         self.repo, self.store, self.snapshot = repo, store, snapshot
         self.head, self.head_tree, self.tmp, self.mode = head, head_tree, tmp, mode
         self.old: dict[str, dict] = {}
@@ -366,7 +370,7 @@ def _tree_key(tree: Mapping[str, str]) -> str:
     return hashlib.sha256(json.dumps(sorted(tree.items())).encode()).hexdigest()[:24]
 
 
-def _cached(store, blobs: dict, key: str, mode: str) -> dict:
+def _cached(store: EvidenceStore, blobs: dict, key: str, mode: str) -> dict:
     out = {}
     for digest in blobs:
         found = store.replay_result(f"{digest}:{key}:{mode}")

@@ -177,15 +177,12 @@ class _Session:
         if self.recorder is None:
             return
         from fastci.runner.record.recorder import recording_to_json  # noqa: PLC0415
-        from fastci.runner.store.redis import is_redis_url, open_store  # noqa: PLC0415
-        from fastci.runner.store.sqlite import StoreError  # noqa: PLC0415
+        from fastci.runner.store import StoreError, open_store, resolve_store  # noqa: PLC0415
 
         out = self.config.getoption("fastci_out")
-        # --fastci-store as given (relative to the working directory); else [tool.fastci]
-        # store, relative to the repository; a redis:// URL is a fleet's shared store.
-        store_path = self.config.getoption("fastci_store") or self.settings.store
-        if not is_redis_url(store_path) and not self.config.getoption("fastci_store"):
-            store_path = self.recorder.repo.root / store_path
+        # --fastci-store as given; else [tool.fastci] store, relative to the repository.
+        store_path = resolve_store(self.config.getoption("fastci_store"), self.settings.store,
+                                   self.recorder.repo.root)
         try:
             with open_store(store_path) as store:
                 recording = self.recorder.finish(store)

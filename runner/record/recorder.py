@@ -25,6 +25,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fastci.runner.analysis import inventory
 
@@ -34,6 +35,9 @@ from fastci.runner.record.capture import CAPTURED, INSIDE, ModuleCapture
 from fastci.runner.analysis.environment import Environment, current, is_manifest, lock_hash
 from fastci.runner.evidence import SESSION, Snapshot, TestRecord
 from fastci.runner.git import WORKTREE, Repo
+
+if TYPE_CHECKING:
+    from fastci.runner.store import EvidenceStore
 
 SESSION_CONTEXT = ""
 
@@ -190,7 +194,7 @@ class Recorder:
             self.first_failure_at = time.time()
 
     # -- the end -----------------------------------------------------------------------------
-    def finish(self, store) -> Recording:
+    def finish(self, store: EvidenceStore) -> Recording:
         tracing.stop()
         self._kernel_hook.uninstall()
         if self.capture is not None:

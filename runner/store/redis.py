@@ -8,30 +8,46 @@ never safety: a commit without evidence selects every test.
 
     --store redis://host:6379/0            (or FASTCI_STORE, or [tool.fastci] store)
     --store redis://host:6379/0?prefix=team-a
+
+The schema version (`base.py`) is the key `<prefix>:schema_version`. Keys of an older
+version are moved aside under `<prefix>.v<old>` (an older FastCI can still read them with
+`?prefix=<prefix>.v<old>`) and the prefix starts empty; a newer version is a StoreError.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import sys
 import time
+import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterable
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
+from fastci.runner.analysis.blocks import FileBlocks
 from fastci.runner.analysis.environment import Environment
 from fastci.runner.evidence import Snapshot, TestRecord, pack, unpack, unpack_lines
-from fastci.runner.store.sqlite import (SCHEMA_VERSION, StoreError, _inventory_from_json, _inventory_to_json,
-                    snapshot_parts)
+from fastci.runner.store.base import (
+    SCHEMA_VERSION,
+    StoreError,
+    newer_version_error,
+    older_version_message,
+)
+from fastci.runner.store.codec import inventory_from_json, inventory_to_json, snapshot_parts
 
 HISTORY_LIMIT = 200  # outcomes kept per test
+REBUILD_WAIT = 60.0  # seconds a process waits for another to move an older version aside
 
 
-def is_redis_url(location) -> bool:
+def is_redis_url(location: object) -> bool:
     return str(location).startswith(("redis://", "rediss://", "unix://"))
 
 
 class RedisEvidenceStore:
+    """The `EvidenceStore` in Redis, shared by a fleet."""
+
     def __init__(self, url: str, *, create: bool = True, client=None) -> None:
         import redis  # noqa: PLC0415
 
@@ -42,17 +58,75 @@ class RedisEvidenceStore:
         self._r = client or redis.Redis.from_url(self.url, socket_timeout=10,
                                                  socket_connect_timeout=5)
         try:
-            version = self._r.get(self._k("schema_version"))
-            if version is None:
-                if not create:
-                    raise StoreError(f"no FastCI evidence under {self.prefix!r} in {self.url}")
-                self._r.set(self._k("schema_version"), SCHEMA_VERSION, nx=True)
-            elif int(version) != SCHEMA_VERSION:
-                raise StoreError(f"the evidence in {self.url} under {self.prefix!r} has schema "
-                                 f"version {int(version)}, this FastCI uses {SCHEMA_VERSION}: "
-                                 "use another prefix, or delete the old keys")
+            self._check_version(create)
         except redis.RedisError as exc:
             raise StoreError(f"evidence store {self.url} is unreachable: {exc}") from None
+
+    def _version(self) -> str | None:
+        raw = self._r.get(self._k("schema_version"))
+        if raw is None:
+            return None
+        text = raw.decode(errors="replace")
+        return text if text.isdigit() else "unknown"
+
+    def _check_version(self, create: bool) -> None:
+        found = self._version()
+        if found is None:
+            if not create:
+                raise StoreError(f"no FastCI evidence under {self.prefix!r} in {self.url}")
+            self._r.set(self._k("schema_version"), SCHEMA_VERSION, nx=True)
+            return
+        version = int(found) if found != "unknown" else 0  # unreadable: older than any
+        if version > SCHEMA_VERSION:
+            raise newer_version_error(f"{self.url} under {self.prefix!r}", found)
+        if version < SCHEMA_VERSION:
+            self._move_aside(found)
+
+    def _move_aside(self, found: str) -> None:
+        """Rename every key of the older version to the prefix `<prefix>.v<found>`, then mark
+        the prefix as this version, in one transaction. One process moves; the others wait
+        for the version to change (the old version key stays until the very end, so no one
+        writes new keys that the move would take along)."""
+        lock, version_key = self._k("rebuilding"), self._k("schema_version")
+        token = uuid.uuid4().hex
+        if not self._r.set(lock, token, nx=True, ex=int(REBUILD_WAIT * 5)):
+            deadline = time.monotonic() + REBUILD_WAIT
+            while time.monotonic() < deadline:
+                if self._version() == str(SCHEMA_VERSION):
+                    return
+                time.sleep(0.1)
+            raise StoreError(f"the evidence in {self.url} under {self.prefix!r} is being moved "
+                             "aside by another FastCI (an older schema version); try again")
+        aside = f"{self.prefix}.v{found}"
+        keep = {lock.encode(), version_key.encode()}
+        pattern = re.sub(r"([\\\[\]*?])", r"\\\1", self.prefix) + ":*"
+        batch: list[bytes] = []
+
+        def flush() -> None:
+            pipe = self._r.pipeline(transaction=False)
+            for key in batch:
+                pipe.rename(key, aside.encode() + key[len(self.prefix.encode()):])
+            pipe.execute(raise_on_error=False)  # a key SCAN returned twice is gone already
+            batch.clear()
+
+        try:
+            for key in self._r.scan_iter(match=pattern, count=1000):
+                if key not in keep:
+                    batch.append(key)
+                    if len(batch) >= 1000:
+                        flush()
+            flush()
+            pipe = self._r.pipeline(transaction=True)
+            pipe.rename(version_key, f"{aside}:schema_version")
+            pipe.set(version_key, SCHEMA_VERSION)
+            pipe.delete(lock)
+            pipe.execute()
+        except BaseException:
+            if self._r.get(lock) == token.encode():
+                self._r.delete(lock)  # let the next process try again at once
+            raise
+        print(older_version_message(f"{self.url} under {self.prefix!r}", found,
+                                    f"prefix {aside!r}"), file=sys.stderr)
 
     def _k(self, *parts: str) -> str:
         return ":".join((self.prefix, *parts))
@@ -60,7 +134,7 @@ class RedisEvidenceStore:
     def close(self) -> None:
         self._r.close()
 
-    def __enter__(self) -> "RedisEvidenceStore":
+    def __enter__(self) -> RedisEvidenceStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -81,11 +155,11 @@ class RedisEvidenceStore:
         values = self._r.mget([self._k(kind, k) for k in keys])
         return {k: v for k, v in zip(keys, values) if v is not None}
 
-    def save_inventories(self, inventories) -> None:
-        self._put("inv", {blob: pack(_inventory_to_json(fb)) for blob, fb in inventories.items()})
+    def save_inventories(self, inventories: dict[str, FileBlocks]) -> None:
+        self._put("inv", {blob: pack(inventory_to_json(fb)) for blob, fb in inventories.items()})
 
-    def load_inventories(self, blobs):
-        return {b: _inventory_from_json(unpack(d)) for b, d in self._get_many("inv", blobs).items()}
+    def load_inventories(self, blobs: Iterable[str]) -> dict[str, FileBlocks]:
+        return {b: inventory_from_json(unpack(d)) for b, d in self._get_many("inv", blobs).items()}
 
     def save_captures(self, files: dict[str, Path]) -> None:
         for digest, path in files.items():
@@ -238,11 +312,3 @@ class RedisEvidenceStore:
         return {t: [(commit, outcome) for commit, outcome, _, _ in entries]
                 for t, entries in self._history(set(test_ids)).items() if entries}
 
-
-def open_store(location, *, create: bool = True):
-    """The store at `location`: a redis:// URL, else an SQLite file."""
-    if is_redis_url(location):
-        return RedisEvidenceStore(str(location), create=create)
-    from fastci.runner.store.sqlite import EvidenceStore  # noqa: PLC0415
-
-    return EvidenceStore(location, create=create)

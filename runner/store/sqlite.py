@@ -1,32 +1,36 @@
-"""The evidence store: one SQLite file, keyed by (commit, environment).
+"""The SQLite evidence store: one file, keyed by (commit, environment).
 
-Evidence is a cache: losing it costs time (tests get selected), never safety. The file is
-content-addressed where it can be (file inventories by blob sha, test evidence by digest),
-so carrying a skipped test's evidence to a new commit copies a row id, not its data.
-
-Schema history (bump SCHEMA_VERSION on any change, the inventory format included; an older
-file is moved aside, kept, and rebuilt empty; a corrupt or foreign file is an error the user
-decides about):
-  1  first version.
+The embedded default (`.fastci/evidence.db`). The file is content-addressed where it can be
+(file inventories by blob sha, test evidence by digest), so carrying a skipped test's
+evidence to a new commit copies a row id, not its data. The schema version and its history
+are in `base.py` (shared with the Redis backend): an older file is moved aside, kept, and
+rebuilt empty; a newer one, a corrupt one or another program's file is an error the user
+decides about.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sqlite3
+import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from fastci.runner.analysis.blocks import Block, FileBlocks, Statement
+from fastci.runner.analysis.blocks import FileBlocks
 from fastci.runner.analysis.environment import Environment
-from fastci.runner.evidence import Snapshot, TestRecord, pack, pack_lines, unpack, unpack_lines
+from fastci.runner.evidence import Snapshot, TestRecord, pack, unpack, unpack_lines
+from fastci.runner.store.base import (
+    SCHEMA_VERSION,
+    StoreError,
+    newer_version_error,
+    older_version_message,
+)
+from fastci.runner.store.codec import inventory_from_json, inventory_to_json, snapshot_parts
 
-SCHEMA_VERSION = 2  # 2: captured module calls (pruning)
 APPLICATION_ID = 0x46434931  # "FCI1": marks the file as ours for `file(1)` and for us
 
 SCHEMA = """
@@ -37,7 +41,7 @@ CREATE TABLE evidence (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE lines (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE captures (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE replays (key TEXT PRIMARY KEY, data BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS audit (id INTEGER PRIMARY KEY, at REAL NOT NULL, data TEXT NOT NULL);
+CREATE TABLE audit (id INTEGER PRIMARY KEY, at REAL NOT NULL, data TEXT NOT NULL);
 CREATE TABLE snapshots (
     id INTEGER PRIMARY KEY,
     commit_sha TEXT NOT NULL,
@@ -85,12 +89,9 @@ CREATE TABLE changes (path TEXT PRIMARY KEY, runs INTEGER NOT NULL);
 """
 
 
-from fastci.runner.errors import StoreError  # re-exported: both backends raise it
-
-
-class EvidenceStore:
-    """SQLite evidence store. Safe for two writers: WAL, a busy timeout, and every write in
-    one IMMEDIATE transaction."""
+class SqliteEvidenceStore:
+    """The `EvidenceStore` in one SQLite file. Safe for two writers: WAL, a busy timeout, and
+    every write in one IMMEDIATE transaction."""
 
     def __init__(self, path: str | Path, *, create: bool = True) -> None:
         self.path = Path(path)
@@ -133,14 +134,17 @@ class EvidenceStore:
             raise StoreError(
                 f"{self.path} is an SQLite file but not a FastCI evidence store (no FastCI "
                 "header). Refusing to touch it: pass another --store.")
-        version = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if version is None or int(version[0]) != SCHEMA_VERSION:
+        row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        found = str(row[0]) if row and str(row[0]).isdigit() else "unknown"
+        version = int(found) if found != "unknown" else 0  # unreadable: older than any
+        if version > SCHEMA_VERSION:
             db.close()
-            return self._rebuild(version[0] if version else "unknown")
+            raise newer_version_error(str(self.path), found)
+        if version < SCHEMA_VERSION:
+            db.close()
+            return self._rebuild(found)
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA foreign_keys = ON")
-        db.execute("CREATE TABLE IF NOT EXISTS audit (id INTEGER PRIMARY KEY, at REAL NOT NULL, "
-                   "data TEXT NOT NULL)")  # added within schema 2: shadow runs' audit trail
         return db
 
     def _create(self, db: sqlite3.Connection) -> None:
@@ -160,10 +164,7 @@ class EvidenceStore:
         os.replace(self.path, backup)
         for suffix in ("-wal", "-shm"):
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
-        import sys
-        print(f"fastci: evidence store {self.path} has schema version {found}, this FastCI "
-              f"uses {SCHEMA_VERSION}; kept it as {backup.name} and started a new one",
-              file=sys.stderr)
+        print(older_version_message(str(self.path), found, backup.name), file=sys.stderr)
         db = self._connect()
         self._create(db)
         return db
@@ -171,7 +172,7 @@ class EvidenceStore:
     def close(self) -> None:
         self._db.close()
 
-    def __enter__(self) -> "EvidenceStore":
+    def __enter__(self) -> SqliteEvidenceStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -179,7 +180,7 @@ class EvidenceStore:
 
     # -- file inventories (content-addressed by blob sha) ---------------------------------
     def save_inventories(self, inventories: dict[str, FileBlocks]) -> None:
-        rows = [(blob, pack(_inventory_to_json(fb))) for blob, fb in inventories.items()]
+        rows = [(blob, pack(inventory_to_json(fb))) for blob, fb in inventories.items()]
         with _transaction(self._db):
             self._db.executemany("INSERT OR IGNORE INTO inventories VALUES (?, ?)", rows)
 
@@ -190,7 +191,7 @@ class EvidenceStore:
             marks = ",".join("?" * len(chunk))
             for blob, data in self._db.execute(
                     f"SELECT blob, data FROM inventories WHERE blob IN ({marks})", chunk):
-                found[blob] = _inventory_from_json(unpack(data))
+                found[blob] = inventory_from_json(unpack(data))
         return found
 
     # -- captured module calls (content-addressed by sha256) -------------------------------
@@ -296,7 +297,7 @@ class EvidenceStore:
                         created_at=created_at, source=source, env_key=env_digest)
 
     def _blobs(self, table: str, digests: set[str]) -> dict[str, bytes]:
-        out = {}
+        out: dict[str, bytes] = {}
         for chunk in _chunks(sorted(digests), 500):
             marks = ",".join("?" * len(chunk))
             out.update(self._db.execute(
@@ -377,34 +378,6 @@ class EvidenceStore:
         return out
 
 
-@dataclass(frozen=True)
-class SnapshotParts:
-    """A snapshot as content-addressed pieces, the same for every store backend."""
-
-    tree_digest: str
-    tree_data: bytes
-    evidence: dict  # digest -> packed payload
-    lines: dict  # digest -> packed line map
-    tests: list  # (TestRecord, evidence digest, lines digest or None)
-
-
-def snapshot_parts(snap: Snapshot) -> SnapshotParts:
-    tree_data = pack(dict(snap.tree))
-    evidence, lines, tests = {}, {}, []
-    for test in snap.tests.values():
-        payload = test.payload()
-        digest = hashlib.sha256(payload).hexdigest()
-        evidence[digest] = payload
-        lines_digest = None
-        if test.lines is not None:
-            packed = pack_lines(test.lines)
-            lines_digest = hashlib.sha256(packed).hexdigest()
-            lines[lines_digest] = packed
-        tests.append((test, digest, lines_digest))
-    return SnapshotParts(hashlib.sha256(tree_data).hexdigest(), tree_data, evidence, lines,
-                         tests)
-
-
 @contextmanager
 def _transaction(db: sqlite3.Connection) -> Iterator[None]:
     try:
@@ -423,31 +396,3 @@ def _transaction(db: sqlite3.Connection) -> Iterator[None]:
 def _chunks(items: list, size: int) -> Iterator[list]:
     for i in range(0, len(items), size):
         yield items[i:i + size]
-
-
-def _inventory_to_json(fb: FileBlocks) -> dict:
-    return {
-        "error": fb.error, "imports": list(fb.imports),
-        "blocks": [[b.qualname, b.kind, b.start, b.body_start, b.end, b.fingerprint,
-                    list(b.reads),
-                    [[s.digest, list(s.defines), list(s.reads), s.kind]
-                     for s in b.statements], b.is_jit, list(b.calls), b.header, b.inherits]
-                   for b in fb.blocks],
-    }
-
-
-def _inventory_from_json(data: dict) -> FileBlocks:
-    blocks = tuple(
-        Block(qualname=q, kind=k, start=s, body_start=bs, end=e, fingerprint=f,
-              reads=tuple(r),
-              statements=tuple(Statement(d, tuple(df), tuple(rd), kind)
-                               for d, df, rd, kind in st), is_jit=bool(j), calls=tuple(c),
-              header=h, inherits=bool(i))
-        for q, k, s, bs, e, f, r, st, j, c, h, i in data["blocks"])
-    owner: dict[int, str] = {}
-    for block in blocks:  # parents come before children: the innermost block wins
-        if block.kind != "module":
-            for line in range(block.body_start, block.end + 1):
-                owner[line] = block.qualname
-    return FileBlocks(blocks=blocks, error=data["error"], imports=tuple(data["imports"]),
-                      line_owner=owner)

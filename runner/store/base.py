@@ -1,0 +1,126 @@
+"""The evidence store's interface: what every backend answers, and the schema they share.
+
+Callers (the engine, the recorder, pruning, carry-forward, the App's jobs) hold an
+`EvidenceStore` and never ask which backend it is, so a laptop's SQLite file and a fleet's
+Redis are interchangeable; tests/test_store_backends.py runs one contract against both.
+
+Schema history. SCHEMA_VERSION is one number for both backends: it names what is stored
+(the tables or key kinds, and the row codec in `codec.py`, inventory format included), not
+how. Bump it on any change to either; adding a table (or a Redis key kind) bumps it. A store
+of an older version is moved aside, kept, and started empty (evidence is a cache: it must be
+re-recorded, `fastci record`); a store of a newer version is a StoreError (exit 4) and is left
+untouched, because this FastCI cannot know what the newer one stored.
+
+  1  first version: inventories (by blob sha), trees, evidence, lines, snapshots, tests,
+     history, cofailures, changes. Within it, inventory rows gained each block's `header` and
+     `inherits` (narrower class changes) without a bump: such files are older than 2 and
+     rebuilt now, so nothing reads the old row shape.
+  2  captures and replays: module calls recorded for equivalent-context pruning, and the
+     cached replays of them. Within it, the audit table (shadow runs, `fastci audit`) was
+     created in place on open, without a bump, so a version-2 file may or may not have it.
+  3  audit is part of the schema proper, created with the rest; the in-place creation is
+     gone. Bumped so that the version alone says which tables a file has (the rule above).
+     Redis keys are unchanged, but the version is shared, so a version-2 prefix is moved
+     aside like a version-2 file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable, Protocol, runtime_checkable
+
+from fastci.runner.errors import StoreError  # re-exported: every backend raises it
+
+if TYPE_CHECKING:
+    from fastci.runner.analysis.blocks import FileBlocks
+    from fastci.runner.analysis.environment import Environment
+    from fastci.runner.evidence import Snapshot, TestRecord
+
+SCHEMA_VERSION = 3
+
+__all__ = ["SCHEMA_VERSION", "EvidenceStore", "StoreError", "newer_version_error",
+           "older_version_message"]
+
+
+@runtime_checkable
+class EvidenceStore(Protocol):
+    """Where evidence lives, keyed by (commit, environment). A context manager: leaving it
+    closes the connection. Every method may raise StoreError when the store cannot be used."""
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> EvidenceStore: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    # -- file inventories, content-addressed by git blob sha ------------------------------
+    def save_inventories(self, inventories: dict[str, FileBlocks]) -> None: ...
+
+    def load_inventories(self, blobs: Iterable[str]) -> dict[str, FileBlocks]:
+        """The inventories found among `blobs`; a missing one is simply absent."""
+        ...
+
+    # -- captured module calls and their cached replays (pruning) ------------------------
+    def save_captures(self, files: dict[str, Path]) -> None:
+        """Store spilled captures ({digest: file}); a digest already stored is kept."""
+        ...
+
+    def load_capture(self, digest: str) -> bytes | None: ...
+
+    def replay_result(self, key: str) -> dict | None: ...
+
+    def save_replay_results(self, results: dict[str, dict]) -> None: ...
+
+    # -- snapshots: the evidence of one (commit, environment) ----------------------------
+    def save_snapshot(self, snap: Snapshot) -> None:
+        """Store the snapshot, replacing any of the same (commit, environment)."""
+        ...
+
+    def snapshot_envs(self, commit: str) -> list[tuple[str, Environment]]:
+        """(environment key, environment) of each snapshot of a commit, newest first."""
+        ...
+
+    def commits_with_evidence(self, env_digest: str | None = None) -> set[str]: ...
+
+    def load_snapshot(self, commit: str, env_digest: str, *, with_lines: bool = False
+                      ) -> Snapshot | None: ...
+
+    # -- audit: what the selection would have missed (shadow runs, full runs) -------------
+    def add_audit(self, entry: dict) -> None: ...
+
+    def audits(self, since: float = 0.0) -> list[dict]: ...
+
+    # -- history: outcomes over time, co-failures ------------------------------------------
+    def add_history(self, commit: str, env_digest: str, results: Iterable[TestRecord],
+                    changed_paths: Iterable[str] = (), flaky: Iterable[str] = ()) -> None: ...
+
+    def outcomes(self, limit_per_test: int = 50) -> dict[str, list[str]]:
+        """Recent outcomes per test, newest first, flaky results left out."""
+        ...
+
+    def durations(self) -> dict[str, float]:
+        """The latest duration of each test."""
+        ...
+
+    def cofailure_rates(self, paths: Iterable[str]) -> dict[str, dict[str, float]]:
+        """test -> {changed path: failures with that path changed / runs that changed it}."""
+        ...
+
+    def flip_history(self, test_ids: Iterable[str]) -> dict[str, list[tuple[str, str]]]:
+        """(commit, outcome) pairs per test, newest first."""
+        ...
+
+
+def older_version_message(where: str, found: object, kept_as: str) -> str:
+    """What the user reads when a store of an older schema was moved aside (both backends)."""
+    return (f"fastci: evidence store {where} has schema version {found}, this FastCI uses "
+            f"{SCHEMA_VERSION}; kept it as {kept_as} and started a new one. Its evidence must "
+            "be re-recorded (`fastci record`); until then every test is selected.")
+
+
+def newer_version_error(where: str, found: object) -> StoreError:
+    """A store written by a newer FastCI: left untouched, and the user decides."""
+    return StoreError(
+        f"evidence store {where} has schema version {found}, newer than this FastCI's "
+        f"{SCHEMA_VERSION}: upgrade FastCI, or re-record into another store (`fastci record "
+        "--store PATH`).")
