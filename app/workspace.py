@@ -8,31 +8,23 @@ from __future__ import annotations
 
 import base64
 import shutil
-import subprocess
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
-from fastci.runner.errors import EXIT_GIT, FastCIError
 from fastci.runner.execution.shard import scrubbed_environment
-
-
-class WorkspaceError(FastCIError):
-    """The workspace (mirrors, checkouts) cannot be used; the message says why."""
-
-    exit_code = EXIT_GIT
+from fastci.runner.git import END, GitError, run_git
 
 
 def _git(cwd: Path | None, *args: str, token: str | None = None, check: bool = True) -> str:
+    """git without this process's credentials; the installation token, if any, goes in
+    through git's environment as an HTTP header."""
     env = {**scrubbed_environment(), "GIT_TERMINAL_PROMPT": "0"}
     if token:
         basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
         env.update(GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0="http.extraHeader",
                    GIT_CONFIG_VALUE_0=f"Authorization: Basic {basic}")
-    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env)
-    if check and proc.returncode != 0:
-        raise WorkspaceError(f"git {args[0]} failed: {proc.stderr.strip()[:400]}")
-    return proc.stdout
+    return run_git(list(args), cwd, env=env, check=check).decode(errors="surrogateescape")
 
 
 def mirror_path(workspace: Path, repo: str) -> Path:
@@ -50,12 +42,12 @@ def sync(workspace: Path, repo: str, url: str, shas: list[str], number: int | No
     refspecs = ["+refs/heads/*:refs/heads/*"]
     if number is not None:
         refspecs.append(f"+refs/pull/{number}/head:refs/pull/{number}/head")
-    _git(mirror, "fetch", "-q", "--prune", url, *refspecs, token=token, check=False)
+    _git(mirror, "fetch", "-q", "--prune", END, url, *refspecs, token=token, check=False)
     for sha in shas:
-        if _git(mirror, "cat-file", "-t", sha, check=False).strip() != "commit":
-            _git(mirror, "fetch", "-q", url, sha, token=token, check=False)
-        if _git(mirror, "cat-file", "-t", sha, check=False).strip() != "commit":
-            raise WorkspaceError(f"commit {sha[:12]} of {repo} could not be fetched")
+        if _git(mirror, "cat-file", "-t", END, sha, check=False).strip() != "commit":
+            _git(mirror, "fetch", "-q", END, url, sha, token=token, check=False)
+        if _git(mirror, "cat-file", "-t", END, sha, check=False).strip() != "commit":
+            raise GitError(f"commit {sha[:12]} of {repo} could not be fetched")
     return mirror
 
 
@@ -64,7 +56,7 @@ def worktree(mirror: Path, sha: str):
     """A detached worktree of `sha`, removed afterwards."""
     path = mirror.parent.parent / "trees" / f"{mirror.stem}-{sha[:12]}-{uuid.uuid4().hex[:8]}"
     path.parent.mkdir(parents=True, exist_ok=True)
-    _git(mirror, "worktree", "add", "-q", "--detach", str(path), sha)
+    _git(mirror, "worktree", "add", "-q", "--detach", END, str(path), sha)
     try:
         yield path
     finally:
@@ -75,8 +67,8 @@ def worktree(mirror: Path, sha: str):
 
 
 def read_at(mirror: Path, sha: str, path: str) -> bytes | None:
-    proc = subprocess.run(["git", "show", f"{sha}:{path}"], cwd=mirror, capture_output=True,
-                          env=scrubbed_environment())
-    return proc.stdout if proc.returncode == 0 else None
-
-
+    """A file's contents at `sha`, or None where it is not there."""
+    try:
+        return run_git(["show", END, f"{sha}:{path}"], mirror, env=scrubbed_environment())
+    except GitError:
+        return None

@@ -23,6 +23,7 @@ import yaml
 
 from fastci.runner.engine import Engine
 from fastci.runner.errors import EXIT_PYTEST, EXIT_USAGE, FastCIError
+from fastci.runner.git import END, run_git
 from fastci.runner.selection.report import RunReport
 
 SUBJECT_IGNORE = shutil.ignore_patterns("__pycache__", ".pytest_cache", ".fastci", "changes",
@@ -105,10 +106,7 @@ def load_changes(example: Path) -> list[Change]:
 
 
 def _git(root: Path, *args: str) -> str:
-    proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise DemoError(f"git {' '.join(args)} failed: {proc.stderr.strip()}")
-    return proc.stdout.strip()
+    return run_git(list(args), root).decode(errors="surrogateescape").strip()
 
 
 def _category(reason: str) -> str:
@@ -176,7 +174,7 @@ def run_demo(workdir: Path | None = None, out: Path | None = None, say=print,
 
     def one(change: Change) -> Outcome:
         tree = root_parent / "changes" / change.name
-        _git(root, "worktree", "add", "-q", "-B", f"change/{change.name}", str(tree), base)
+        _git(root, "worktree", "add", "-q", "-B", f"change/{change.name}", END, str(tree), base)
         _git(tree, "apply", str(change.patch))
         _git(tree, "add", "-A")
         _git(tree, "commit", "-q", "-m", f"change: {change.name}")

@@ -26,6 +26,7 @@ import requests
 from fastci.app.signature import sign
 from fastci.demo import example_dir, load_changes
 from fastci.runner.errors import EXIT_PYTEST, FastCIError
+from fastci.runner.git import run_git
 
 REPO, INSTALLATION, APP_ID, NUMBER = "octo/tinyllm", 31, 9001, 7
 SECRET = "demo-webhook-secret"
@@ -39,9 +40,8 @@ class AppDemoError(FastCIError):
 
 
 def _git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.email=demo@fastci.invalid", "-c",
-                           "user.name=FastCI demo", *args], cwd=cwd, check=True,
-                          capture_output=True, text=True).stdout.strip()
+    return run_git(["-c", "user.email=demo@fastci.invalid", "-c", "user.name=FastCI demo",
+                    *args], cwd).decode(errors="surrogateescape").strip()
 
 
 def _free_port() -> int:

@@ -3,6 +3,10 @@
 Evidence remembers the blob sha of every file it was recorded against, so a change set is
 a comparison of two {path: blob} maps: it is exact for dirty working trees and needs no
 checkout of the base.
+
+`run_git` is the one place FastCI runs git (the CLI, the App's mirrors, the shards, the
+demos); every failure is a `GitError`. A revision or URL that comes from outside is passed
+after `--end-of-options`, so a string such as `--output=/tmp/x` is never read as an option.
 """
 
 from __future__ import annotations
@@ -11,10 +15,37 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-WORKTREE = "WORKTREE"  # the head is the working tree, uncommitted changes included
-
-
 from fastci.runner.errors import GitError  # re-exported: every git call raises it
+
+WORKTREE = "WORKTREE"  # the head is the working tree, uncommitted changes included
+END = "--end-of-options"  # what follows is a revision, path or URL, never an option
+
+
+def run_git(args: list[str], cwd: str | Path | None = None, *, env: dict | None = None,
+            input: bytes | None = None, check: bool = True) -> bytes:
+    """git's stdout; with `check`, a failure is a GitError that names the command and why.
+
+    `env` None inherits this process's environment; callers that must not hand credentials
+    to git (the shards, the App) pass a scrubbed one."""
+    try:
+        proc = subprocess.run(["git", *args], cwd=cwd, input=input, capture_output=True,
+                              env=env, check=False)
+    except FileNotFoundError:
+        raise GitError("git is not installed or not on PATH") from None
+    except NotADirectoryError:
+        raise GitError(f"{cwd} is not a directory") from None
+    if check and proc.returncode != 0:
+        message = proc.stderr.decode(errors="replace").strip()[:500] or f"exit {proc.returncode}"
+        raise GitError(f"git {_command(args)} failed: {message}")
+    return proc.stdout
+
+
+def _command(args: list[str]) -> str:
+    """The subcommand, past any leading `-c key=value`."""
+    i = 0
+    while i + 1 < len(args) and args[i] == "-c":
+        i += 2
+    return args[i] if i < len(args) else ""
 
 
 @dataclass(frozen=True)
@@ -24,21 +55,22 @@ class Repo:
     @classmethod
     def find(cls, start: str | Path = ".") -> "Repo":
         try:
-            out = _git(Path(start), "rev-parse", "--show-toplevel")
+            out = run_git(["rev-parse", "--show-toplevel"], Path(start)).decode(
+                errors="surrogateescape")
         except GitError:
             raise GitError(f"{Path(start).resolve()} is not inside a git repository "
                            "(FastCI compares commits; run `git init` and commit first)") from None
         return cls(Path(out.strip()))
 
     def git(self, *args: str, input: bytes | None = None) -> str:
-        return _git(self.root, *args, input=input)
+        return run_git(list(args), self.root, input=input).decode(errors="surrogateescape")
 
     def resolve(self, rev: str) -> str:
         """A revision -> full commit sha, or a GitError naming the revision."""
         if rev == WORKTREE:
             return WORKTREE
         try:
-            return self.git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
+            return self.git("rev-parse", "--verify", "--quiet", END, f"{rev}^{{commit}}").strip()
         except GitError:
             raise GitError(f"unknown revision {rev!r}: not a commit in {self.root}") from None
 
@@ -50,20 +82,20 @@ class Repo:
 
     def merge_base(self, a: str, b: str) -> str | None:
         try:
-            return self.git("merge-base", a, b).strip() or None
+            return self.git("merge-base", END, a, b).strip() or None
         except GitError:
             return None
 
     def ancestors(self, rev: str, limit: int = 200) -> list[str]:
         """`rev` and its ancestors, nearest first."""
-        out = self.git("rev-list", f"--max-count={limit}", rev)
+        out = self.git("rev-list", f"--max-count={limit}", END, rev)
         return out.split()
 
     def tree(self, rev: str) -> dict[str, str]:
         """{path: blob sha} of a commit, or of the working tree for WORKTREE."""
         if rev == WORKTREE:
             return self._worktree()
-        out = self.git("ls-tree", "-r", "-z", "--full-tree", rev)
+        out = self.git("ls-tree", "-r", "-z", "--full-tree", END, rev)
         tree = {}
         for entry in out.split("\0"):
             if not entry:
@@ -98,7 +130,7 @@ class Repo:
     def read(self, rev: str, path: str) -> bytes:
         if rev == WORKTREE:
             return (self.root / path).read_bytes()
-        return _git_bytes(self.root, "show", f"{rev}:{path}")
+        return run_git(["show", END, f"{rev}:{path}"], self.root)
 
     def read_many(self, rev: str, paths: list[str]) -> dict[str, bytes]:
         """Contents of many files at once (one `git cat-file --batch` for a commit)."""
@@ -113,7 +145,9 @@ class Repo:
         return self._batch(list(dict.fromkeys(shas))) if shas else {}
 
     def _batch(self, requests: list[str]) -> dict[str, bytes]:
-        out = _run(self.root, ["cat-file", "--batch"], "".join(f"{r}\n" for r in requests).encode())
+        # The requests go in on stdin, one a line: never read as options.
+        out = run_git(["cat-file", "--batch"], self.root,
+                      input="".join(f"{r}\n" for r in requests).encode())
         contents, pos = {}, 0
         for request in requests:
             newline = out.index(b"\n", pos)
@@ -128,7 +162,8 @@ class Repo:
 
     def renames(self, base: str, head: str) -> dict[str, str]:
         """{old path: new path} for files git sees as renamed between two revisions."""
-        args = ["diff", "-M", "--name-status", "-z", base] + ([] if head == WORKTREE else [head])
+        args = ["diff", "-M", "--name-status", "-z", END, base]
+        args += [] if head == WORKTREE else [head]
         try:
             out = self.git(*args).split("\0")
         except GitError:
@@ -146,7 +181,7 @@ class Repo:
 
     def hunks(self, old: str, new: str) -> list[tuple[int, int, int, int]]:
         """Hunks (old_start, old_len, new_start, new_len) between two blobs, no context."""
-        out = self.git("diff", "-U0", "--no-color", old, new)
+        out = self.git("diff", "-U0", "--no-color", END, old, new)
         hunks = []
         for line in out.splitlines():
             if line.startswith("@@"):
@@ -168,24 +203,3 @@ def _span(text: str) -> tuple[int, int]:
     start, _, length = text.partition(",")
     return int(start), int(length) if length else 1
 
-
-def _run(cwd: Path, args: list[str], input: bytes | None = None) -> bytes:
-    try:
-        proc = subprocess.run(["git", *args], cwd=cwd, input=input, capture_output=True,
-                              check=False)
-    except FileNotFoundError:
-        raise GitError("git is not installed or not on PATH") from None
-    except NotADirectoryError:
-        raise GitError(f"{cwd} is not a directory") from None
-    if proc.returncode != 0:
-        message = proc.stderr.decode(errors="replace").strip().splitlines()
-        raise GitError(f"git {' '.join(args[:2])} failed: {message[-1] if message else proc.returncode}")
-    return proc.stdout
-
-
-def _git(cwd: Path, *args: str, input: bytes | None = None) -> str:
-    return _run(cwd, list(args), input).decode(errors="surrogateescape")
-
-
-def _git_bytes(cwd: Path, *args: str) -> bytes:
-    return _run(cwd, list(args))

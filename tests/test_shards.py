@@ -1,10 +1,14 @@
-"""Sharding by expected duration, the scrubbed test environment, and diff coverage."""
+"""Sharding by expected duration, the scrubbed test environment, the shard's checkout, and
+diff coverage."""
 
 from __future__ import annotations
 
+import pytest
+
 from fastci.runner.execution.coverage_delta import changed_lines, report, statement_lines
+from fastci.runner.execution.shard import checkout, scrubbed_environment, split
+from fastci.runner.git import GitError, Repo
 from fastci.runner.selection.report import Decision
-from fastci.runner.execution.shard import scrubbed_environment, split
 
 
 def decisions(seconds: list[float]) -> list[Decision]:
@@ -46,3 +50,20 @@ def test_diff_coverage_counts_statements_not_blank_lines_or_docstrings():
     assert result.diff_coverage == 2 / 3
     assert result.head_ratio == 3 / 5 and result.base_ratio == 2 / 5
     assert round(result.delta, 6) == 0.2
+
+
+def test_a_shard_checks_out_its_commit_and_never_reads_it_as_an_option(project, tmp_path):
+    # Without --end-of-options, `git fetch <mirror> --upload-pack=...` runs the command.
+    project.write({"a.py": "x = 1\n"})
+    sha = project.commit("base")
+    out = tmp_path / "out"
+    out.mkdir()
+    hostile = f"--upload-pack=touch {out / 'ran'}"
+    with pytest.raises(GitError):
+        checkout(str(project.root), hostile, tmp_path / "ws")
+    with pytest.raises(GitError):
+        checkout(hostile, sha, tmp_path / "ws")
+    assert list(out.iterdir()) == []
+    root = checkout(str(project.root), sha, tmp_path / "ws")
+    assert (root / "a.py").read_text() == "x = 1\n"
+    assert Repo(root).resolve("HEAD") == sha

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from fastci.runner.execution import flaky
+from fastci.runner.git import END, run_git
 from fastci.runner.selection.plan import make_plan
 from fastci.runner.selection.report import Decision
 
@@ -58,20 +59,20 @@ def checkout(mirror: str, sha: str, workspace: Path) -> Path:
     root = workspace / "checkouts" / f"{name}-{owner}"
     if not (root / ".git").exists():
         root.parent.mkdir(parents=True, exist_ok=True)
-        _git(None, "clone", "-q", "--no-checkout", mirror, str(root))
-    if _git(root, "cat-file", "-t", sha, check=False).strip() != "commit":
-        _git(root, "fetch", "-q", mirror, sha)
-    _git(root, "checkout", "-q", "--force", "--detach", sha)
+        _git(None, "clone", "-q", "--no-checkout", END, mirror, str(root))
+    if _git(root, "cat-file", "-t", END, sha, check=False).strip() != "commit":
+        _git(root, "fetch", "-q", END, mirror, sha)
+    # `git checkout` (2.39) reads --end-of-options as a path: it is handed a full sha.
+    commit = _git(root, "rev-parse", "--verify", END, f"{sha}^{{commit}}").strip()
+    _git(root, "checkout", "-q", "--force", "--detach", commit)
     _git(root, "clean", "-q", "-fdx", "-e", ".fastci")
     return root
 
 
 def _git(cwd: Path | None, *args: str, check: bool = True) -> str:
-    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**scrubbed_environment(), "GIT_TERMINAL_PROMPT": "0"})
-    if check and proc.returncode != 0:
-        raise RuntimeError(f"git {args[0]} failed: {proc.stderr.strip()[:500]}")
-    return proc.stdout
+    """git without credentials: the scrubbed environment, and never a prompt."""
+    env = {**scrubbed_environment(), "GIT_TERMINAL_PROMPT": "0"}
+    return run_git(list(args), cwd, env=env, check=check).decode(errors="surrogateescape")
 
 
 def _mark_running() -> None:
