@@ -27,7 +27,7 @@ from fastci.runner.analysis.changes import analyse, diff_trees
 from fastci.runner.analysis.environment import current, is_manifest, lock_hash
 from fastci.runner.evidence import Snapshot
 from fastci.runner.errors import RunError
-from fastci.runner.git import WORKTREE, GitError, Repo
+from fastci.runner.git import END, WORKTREE, GitError, Repo
 from fastci.runner.selection.plan import make_plan
 from fastci.runner.record.recorder import Recording, blob_sha, recording_from_json
 from fastci.runner.selection.report import RunReport, Selection
@@ -192,7 +192,7 @@ class Engine:
             from fastci.runner.analysis.blocks import module_name_for, parse_blocks  # noqa: PLC0415
             for path, blob in missing.items():
                 try:
-                    source = self.repo.git("cat-file", "blob", blob).encode(
+                    source = self.repo.git("cat-file", "blob", END, blob).encode(
                         errors="surrogateescape")
                 except GitError:
                     continue
