@@ -119,9 +119,9 @@ def _rerun(ctx, work: Work, head: str, base: str, pr, mode: str) -> None:
 
 def explain(ctx, work: Work, pr, test_id: str) -> str:
     """The `fastci explain` text for a test, from a selection of the PR's head."""
-    from fastci.runner.selection.explain import explain as render  # noqa: PLC0415
     from fastci.runner.engine import Engine  # noqa: PLC0415
     from fastci.runner.git import WORKTREE  # noqa: PLC0415
+    from fastci.runner.selection.explain import explain as render  # noqa: PLC0415
 
     from . import workspace  # noqa: PLC0415
     from .jobs import _base_settings, _token  # noqa: PLC0415

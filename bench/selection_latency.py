@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from fastci.runner.analysis import inventory
-from fastci.runner.engine import Engine
 from fastci.runner.analysis.environment import current
+from fastci.runner.engine import Engine
 from fastci.runner.evidence import Snapshot, TestRecord
 from fastci.runner.git import WORKTREE, Repo
 

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+
 from ._triton import AVAILABLE, JITFunction, tl, triton
 
 # Tensors are walked by the reference implementations in chunks of this many elements, so a

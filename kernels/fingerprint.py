@@ -47,10 +47,20 @@ import hashlib
 from dataclasses import dataclass
 
 import torch
-from ._triton import tl, triton
 
-from ._common import (REF_CHUNK, TL_FLOAT, check_block, dtype_name, kind_of, layout,
-                      num_warps_for, reduce_levels, strided_offsets, use_triton)
+from ._common import (
+    REF_CHUNK,
+    TL_FLOAT,
+    check_block,
+    dtype_name,
+    kind_of,
+    layout,
+    num_warps_for,
+    reduce_levels,
+    strided_offsets,
+    use_triton,
+)
+from ._triton import tl, triton
 
 # 4096 elements per program: 16 KiB of fp32 in flight per program and 16 elements per thread at
 # 8 warps. Chosen from the usual range for bandwidth-bound Triton kernels; NOT measured here

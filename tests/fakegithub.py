@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
+from conftest import shared_dir  # after the star import: the skipping one wins
+
 from fastci.app import fakegithub as _fake
 from fastci.app.fakegithub import *  # noqa: F401,F403 - the fake's helpers, for the tests
 from fastci.app.fakegithub import check_run_problems, read_exchanges, recorded  # noqa: F401
-
-from conftest import shared_dir  # after the star import: the skipping one wins
 
 
 class FakeGitHub(_fake.FakeGitHub):

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 import redis as redis_lib
 import requests
-from werkzeug.serving import make_server
-
 from conftest import shared_dir
+from werkzeug.serving import make_server
 
 from fastci.app import events
 from fastci.app.commands import parse
@@ -286,10 +285,9 @@ def test_the_service_refuses_to_start_without_a_webhook_secret(tmp_path):
 
 
 def test_check_runs_batch_annotations_against_the_fake(tmp_path):
-    from test_fakegithub import APP_ID, INSTALLATION, NO_THROTTLE, REPO, SHA, make_key_pair
-
     from fakegithub import FakeGitHub
     from github import Auth, GithubIntegration
+    from test_fakegithub import APP_ID, INSTALLATION, NO_THROTTLE, REPO, SHA, make_key_pair
 
     keys = make_key_pair()
     with FakeGitHub() as fake:

@@ -9,7 +9,6 @@ change then gets its selection, regressions and background check runs.
 from __future__ import annotations
 
 import pytest
-
 from conftest import shared_dir
 
 pytestmark = pytest.mark.slow

@@ -16,12 +16,11 @@ from datetime import datetime, timedelta, timezone
 import github
 import jwt
 import pytest
+from conftest import shared_dir
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from github import Auth, GithubException
-
-from conftest import shared_dir
 from fakegithub import FakeGitHub, check_run_problems, read_exchanges, recorded
+from github import Auth, GithubException
 
 APP_ID = 4242
 INSTALLATION = 77

@@ -9,10 +9,9 @@ import string
 import uuid
 
 import pytest
+from conftest import redis_or_skip, shared_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import redis_or_skip, shared_dir
 
 from fastci.app.settings import AppSettings, Secret
 from fastci.app.signature import sign

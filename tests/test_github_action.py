@@ -9,7 +9,6 @@ from pathlib import Path
 
 import yaml
 
-
 ACTION = Path(__file__).resolve().parents[1] / ".github" / "actions" / "select" / "action.yml"
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 
 import pytest
-
 import torch  # noqa: E402
+
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 import triton  # noqa: E402,F401

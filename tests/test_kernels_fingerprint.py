@@ -13,11 +13,12 @@ import hashlib
 import os
 
 import pytest
-
 import torch  # noqa: E402
+
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 import triton  # noqa: E402
+
 tl = triton.language
 
 from fastci.kernels import fingerprint as fp  # noqa: E402

@@ -17,7 +17,6 @@ import uuid
 
 import pytest
 import requests
-
 from conftest import redis_or_skip, shared_dir
 
 from fastci.app.signature import sign

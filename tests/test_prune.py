@@ -10,9 +10,7 @@ import json
 import shutil
 
 import pytest
-
 from conftest import Project
-
 
 NET = {
     "net/__init__.py": "",

@@ -16,7 +16,6 @@ import uuid
 
 import pytest
 import redis as redis_lib
-
 from conftest import app_key_file, app_remote
 from fakegithub import FakeGitHub
 from test_app_faults import APP_ID, FILES, INSTALLATION, NUMBER, REPO, pull, runs_by_name
