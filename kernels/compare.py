@@ -328,6 +328,7 @@ def compare(a: torch.Tensor, b: torch.Tensor, *, atol: float | None = None,
     d_atol, d_rtol = default_tolerances(a.dtype)
     atol = d_atol if atol is None else float(atol)
     rtol = d_rtol if rtol is None else float(rtol)
+    stats: tuple[float, float, int, int, int | None]  # max abs, max rel, max ulp, count, first
     if a.numel() == 0:
         stats = (0.0, 0.0, 0, 0, None)
     elif on_triton:

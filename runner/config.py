@@ -7,13 +7,15 @@ silently ignored setting.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # Python 3.10
+    import tomli as tomllib
 
 
 from fastci.runner.errors import ConfigError  # re-exported: settings raise it
@@ -74,10 +76,11 @@ def load(root: Path, environ: dict[str, str] | None = None) -> Settings:
     if unknown:
         raise ConfigError(f"{pyproject}: unknown [tool.fastci] key(s): {', '.join(sorted(unknown))}"
                           f"; known: {', '.join(sorted(known))}")
-    return Settings(**{name: _checked(name, value) for name, value in values.items()})
+    checked: dict[str, Any] = {name: _checked(name, value) for name, value in values.items()}
+    return Settings(**checked)
 
 
-def _checked(name: str, value: object) -> object:
+def _checked(name: str, value: object) -> str | float | tuple[str, ...]:
     """One setting's value in its type, or a ConfigError that names the key."""
     if name in _TUPLES:
         if isinstance(value, str):

@@ -16,7 +16,9 @@ from __future__ import annotations
 import ast
 import copy
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Union
 
 MODULE = "<module>"
 
@@ -66,6 +68,7 @@ class FileBlocks:
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _PLAIN = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Import, ast.ImportFrom, ast.Pass)
+_Def = Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef]  # what `_DEFS` narrows to
 
 
 def _digest(text: str) -> str:
@@ -79,19 +82,22 @@ def _strip_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
     return body
 
 
-def _stub(node: ast.stmt) -> ast.stmt:
+def _stub(node: _Def) -> ast.stmt:
     """A nested def or class as its parent sees it: the name only.
 
     The decorators, signature and bases belong to the child's own fingerprint; a changed
     default argument is therefore a change of the function, which is what the tests that
     call it executed.
     """
+    # `type_params` is a field from Python 3.12 on; mypy checks against 3.10's ast.
     if isinstance(node, ast.ClassDef):
-        return ast.ClassDef(name=node.name, bases=[], keywords=[], body=[ast.Pass()],
-                            decorator_list=[], type_params=[])
-    return ast.FunctionDef(name=node.name, args=ast.arguments(
-        posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
-        defaults=[]), body=[ast.Pass()], decorator_list=[], returns=None, type_comment=None,
+        return ast.ClassDef(  # type: ignore[call-arg]
+            name=node.name, bases=[], keywords=[], body=[ast.Pass()], decorator_list=[],
+            type_params=[])
+    return ast.FunctionDef(  # type: ignore[call-arg]
+        name=node.name, args=ast.arguments(
+            posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
+            defaults=[]), body=[ast.Pass()], decorator_list=[], returns=None, type_comment=None,
         type_params=[])
 
 
@@ -99,7 +105,7 @@ class _StubDefs(ast.NodeTransformer):
     """Defs nested in compound statements (`if triton is not None: @jit def k(...)`) are
     blocks of their own too: their parent sees their names only."""
 
-    def _stubbed(self, node: ast.stmt) -> ast.stmt:
+    def _stubbed(self, node: _Def) -> ast.stmt:
         return _stub(node)
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _stubbed
@@ -117,14 +123,14 @@ def _normalised_body(body: list[ast.stmt]) -> list[ast.stmt]:
     return [_without_defs(s) for s in _strip_docstring(body)]
 
 
-def _dump(nodes: list[ast.AST] | ast.AST) -> str:
-    if isinstance(nodes, list):
-        return "\n".join(ast.dump(n, annotate_fields=False, include_attributes=False)
-                         for n in nodes)
-    return ast.dump(nodes, annotate_fields=False, include_attributes=False)
+def _dump(nodes: Sequence[ast.AST] | ast.AST) -> str:
+    if isinstance(nodes, ast.AST):
+        return ast.dump(nodes, annotate_fields=False, include_attributes=False)
+    return "\n".join(ast.dump(n, annotate_fields=False, include_attributes=False)
+                     for n in nodes)
 
 
-def _header(node: ast.AST) -> list[ast.AST]:
+def _header(node: _Def) -> list[ast.AST]:
     """What a def or class statement evaluates besides its body."""
     if isinstance(node, ast.ClassDef):
         return [*node.decorator_list, *node.bases, *node.keywords]
@@ -150,7 +156,7 @@ class _Reads(ast.NodeVisitor):
         else:
             self.names.add(node.id)
 
-    def visit_Global(self, node: ast.Global) -> None:
+    def visit_Global(self, node: ast.Global | ast.Nonlocal) -> None:
         self.declared_global.update(node.names)
 
     visit_Nonlocal = visit_Global
@@ -176,14 +182,14 @@ class _Reads(ast.NodeVisitor):
         for alias in node.names:
             self.names.update(alias.name.split("."))
 
-    def _nested(self, node: ast.AST) -> None:
+    def _nested(self, node: _Def) -> None:
         for part in _header(node):
             self.visit(part)
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _nested
 
 
-def _reads(nodes: list[ast.AST], params: ast.arguments | None = None
+def _reads(nodes: Sequence[ast.AST], params: ast.arguments | None = None
            ) -> tuple[set[str], set[str]]:
     """(names read, names called). With `params`, the nodes are a function body: its
     locals (parameters and names it assigns) shadow module names and are not reads."""
@@ -260,8 +266,8 @@ def _is_jit(node: ast.AST) -> bool:
     return False
 
 
-def _end(node: ast.AST) -> int:
-    return getattr(node, "end_lineno", None) or getattr(node, "lineno", 1)
+def _end(node: _Def) -> int:
+    return node.end_lineno or node.lineno
 
 
 class _Collector:
@@ -291,11 +297,11 @@ class _Collector:
         for child in ast.iter_child_nodes(stmt):
             if isinstance(child, ast.stmt):
                 self._visit_stmt(child, prefix)
-            elif isinstance(child, (ast.excepthandler, ast.match_case)):
+            elif isinstance(child, (ast.ExceptHandler, ast.match_case)):
                 for grandchild in child.body:
                     self._visit_stmt(grandchild, prefix)
 
-    def _def(self, node: ast.stmt, prefix: str) -> None:
+    def _def(self, node: _Def, prefix: str) -> None:
         qualname = f"{prefix}{node.name}"
         start = min([node.lineno] + [d.lineno for d in node.decorator_list])
         end = _end(node)

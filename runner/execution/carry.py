@@ -8,7 +8,7 @@ so its old evidence still holds, with its executed lines moved to where they now
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, AbstractSet
 
 from fastci.runner.evidence import Snapshot, TestRecord
 from fastci.runner.git import GitError, Repo
@@ -119,7 +119,7 @@ def add_replayed(test: TestRecord, lines: dict[str, tuple[int, ...]], inventorie
 
 def store_run(store: EvidenceStore, repo: Repo, base: Snapshot, recording: Recording,
               collected: list[str], renames: dict[str, str], changed_paths: list[str],
-              flaky: set[str] = frozenset(), replayed_lines=None, head_inventories=None
+              flaky: AbstractSet[str] = frozenset(), replayed_lines=None, head_inventories=None
               ) -> Snapshot:
     """Store the head's snapshot after a selective run, and the run's history."""
     commit = head_commit(repo)

@@ -95,7 +95,7 @@ def report(changed_lines: Mapping[str, set[int]], head_statements: Mapping[str, 
 
 def changed_lines(hunks: list[tuple[int, int, int, int]]) -> set[int]:
     """New-side line numbers of a diff's hunks."""
-    out = set()
+    out: set[int] = set()
     for _, _, new_start, new_len in hunks:
         out.update(range(new_start, new_start + new_len))
     return out

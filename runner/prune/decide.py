@@ -406,9 +406,10 @@ def _materialize(repo: Repo, tree: Mapping[str, str], dest: Path) -> str:
 def _start(tmp: Path, name: str, root: str, captures: dict, sys_path: list[str], *,
            trace: bool = False, save: Path | None = None, compare: Path | None = None,
            overrides=(), env: dict | None = None):
+    out = tmp / f"{name}.json"
     request = {"root": root, "captures": {d: str(p) for d, p in captures.items()},
                "overrides": [list(c) for c in overrides],
-               "sys_path": sys_path, "trace": trace, "out": str(tmp / f"{name}.json"),
+               "sys_path": sys_path, "trace": trace, "out": str(out),
                "save_tensors": str(save) if save else None,
                "compare_to": str(compare) if compare else None}
     request_file = tmp / f"{name}-request.json"
@@ -418,7 +419,7 @@ def _start(tmp: Path, name: str, root: str, captures: dict, sys_path: list[str],
            **(env or {}), "PYTHONDONTWRITEBYTECODE": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "fastci.runner.prune.replay", str(request_file)],
                             cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    return proc, Path(request["out"]), captures
+    return proc, out, captures
 
 
 def _finish(job) -> dict:

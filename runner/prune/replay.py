@@ -22,8 +22,20 @@ import os
 import sys
 import time
 import traceback
+from typing import TypedDict
 
 UPSTREAM_SEED = 20261129
+
+
+class ReplayResult(TypedDict, total=False):
+    """What the replay process reports for one capture (as JSON)."""
+
+    fingerprints: dict
+    error: str | None
+    close: dict  # with `compare_to`: per tensor, within tolerance of the earlier replay?
+    lines: dict[str, list[int]]  # with `trace`: the lines the call executed, per path
+    load_seconds: float
+    seconds: float
 
 
 def main(argv: list[str]) -> int:
@@ -74,6 +86,8 @@ def inherited(path: str, qualname: str, names: list[str]) -> dict:
     from fastci.runner.analysis.blocks import module_name_for  # noqa: PLC0415
 
     module_name, _ = module_name_for(path)
+    if module_name is None:
+        return {"overriding": [], "error": f"{path} is not an importable module"}
     try:
         target = importlib.import_module(module_name)
         for part in qualname.split("."):
@@ -86,14 +100,14 @@ def inherited(path: str, qualname: str, names: list[str]) -> dict:
 
 
 def replay(path: str, root: str, save_dir: str | None, compare_dir: str | None,
-           digest: str) -> dict:
+           digest: str) -> ReplayResult:
     """`seconds`: the call, its backward and the fingerprints; `load_seconds`: unpickling,
     which imports the repository's modules the first time (start-up, not replay)."""
     started = time.perf_counter()
     timing = {"load": 0.0}
     try:
         fingerprints, tensors = _replay(path, root, timing)
-        result = {"fingerprints": fingerprints, "error": None}
+        result: ReplayResult = {"fingerprints": fingerprints, "error": None}
         if save_dir:
             import torch  # noqa: PLC0415
 

@@ -24,8 +24,10 @@ import os
 import sys
 import tempfile
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 INSIDE = "|in"
 CAPTURED = "|cap:"
@@ -57,7 +59,7 @@ class ModuleCapture:
         self.root = os.path.realpath(recorder.root)
         self.budget = budget
         self.spill = Path(tempfile.mkdtemp(prefix="fastci-captures-"))
-        self._original = None
+        self._original: Callable[..., Any] | None = None
         self._repo_class: dict[type, bool] = {}
         self._test: str | None = None
         self._seen: dict[tuple, weakref.ref] = {}
@@ -80,13 +82,13 @@ class ModuleCapture:
                 return original(module, *args, **kwargs)
             return capture._call(original, module, args, kwargs)
 
-        torch.nn.Module.__call__ = __call__
+        torch.nn.Module.__call__ = __call__  # type: ignore[method-assign]  # wrapped on purpose
 
     def uninstall(self) -> None:
         if self._original is not None:
             import torch  # noqa: PLC0415
 
-            torch.nn.Module.__call__ = self._original
+            torch.nn.Module.__call__ = self._original  # type: ignore[method-assign]  # restored
             self._original = None
 
     @property
@@ -114,6 +116,7 @@ class ModuleCapture:
 
     def _call(self, original, module, args, kwargs):
         recorder, test = self.recorder, self._test
+        assert test is not None  # the wrapper calls this only while a test runs
         enclosing = recorder.context
         if not (enclosing == test or enclosing.startswith(test + "|")):
             return original(module, *args, **kwargs)  # a fixture's call: not this test's
@@ -243,7 +246,7 @@ _PLAIN = (int, float, bool, str, type(None))
 
 def _attributes(module) -> tuple:
     """A shallow, cheap summary of a module's own non-tensor attributes."""
-    out = []
+    out: list[tuple] = []
     for key, value in vars(module).items():
         if key in _SKIP_ATTRIBUTES:
             continue

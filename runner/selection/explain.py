@@ -21,6 +21,7 @@ _seconds = seconds
 
 def explain(sel: Selection, test_id: str, evidence=None, not_pruned: str | None = None) -> str:
     d = sel.decision(test_id)
+    assert d is not None, f"no decision for {test_id}: callers resolve the id first"
     lines = [f"{test_id}: {'SELECTED' if d.selected else 'skipped'}"
              + (f" (rank {d.rank} of {len(sel.selected)})" if d.selected else ""),
              f"  risk {d.risk:.3f}, expected {_seconds(d.expected_seconds)}, "

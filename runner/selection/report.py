@@ -28,6 +28,7 @@ Selected tests come first, in run order (rank 1 runs first); skipped tests follo
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 SELECTION_SCHEMA = "fastci.selection/1"
 
@@ -51,10 +52,11 @@ class Decision:
     """Skipped by equivalent-context pruning: the replays that justify it (`prune.py`)."""
 
     def to_json(self) -> dict:
-        out = {"id": self.test_id, "decision": "selected" if self.selected else "skipped",
-               "risk": round(self.risk, 4), "rank": self.rank, "reasons": list(self.reasons),
-               "expected_seconds": round(self.expected_seconds, 4),
-               "dimension": self.dimension, "new": self.new}
+        out: dict[str, Any] = {
+            "id": self.test_id, "decision": "selected" if self.selected else "skipped",
+            "risk": round(self.risk, 4), "rank": self.rank, "reasons": list(self.reasons),
+            "expected_seconds": round(self.expected_seconds, 4),
+            "dimension": self.dimension, "new": self.new}
         if self.pruned is not None:
             out["pruned"] = self.pruned
         return out
