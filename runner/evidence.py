@@ -15,6 +15,7 @@ from typing import Mapping
 from fastci.runner.analysis.environment import Environment
 
 SESSION = "*"  # import-time work done before any test file was collected
+DYNAMIC_ALL = "*"  # in TestRecord.dynamic: the whole module namespace was read
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,12 @@ class TestRecord:
     lines: Mapping[str, tuple[int, ...]] | None = None  # loaded on demand (coverage)
     modules: Mapping | None = None
     """Captured module calls and which lines ran inside them (`capture.py`), or None."""
+    dynamic: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """path -> module-level names the test read by string (getattr, import_module); the
+    name DYNAMIC_ALL means it read the module's namespace as a whole (vars, __dict__)."""
+    code: Mapping[str, str] = field(default_factory=dict)
+    """Where the item's own code lives when it is not a Python function (a doctest's
+    docstring, a YAML test's file): kind, path, object, digest, sha. Empty for functions."""
 
     @property
     def failed(self) -> bool:
@@ -50,6 +57,10 @@ class TestRecord:
                 "k": self.kernels, "s": list(self.spawns)}
         if self.modules is not None:
             body["m"] = self.modules
+        if self.dynamic:
+            body["y"] = self.dynamic
+        if self.code:
+            body["c"] = self.code
         return _pack(body)
 
     @classmethod
@@ -57,7 +68,9 @@ class TestRecord:
         body = _unpack(data)
         return cls(blocks={p: tuple(q) for p, q in body["b"].items()}, files=body["f"],
                    dirs=tuple(body["d"]), kernels=body["k"], spawns=tuple(body["s"]),
-                   modules=body.get("m"), **fields)
+                   modules=body.get("m"),
+                   dynamic={p: tuple(n) for p, n in body.get("y", {}).items()},
+                   code=body.get("c", {}), **fields)
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,10 @@ class ChangeSet:
     """(path, class) -> methods added to a class with bases, when that is all that made the
     class change broad: harmless unless one overrides an inherited attribute (a pruning
     replay checks that under the new code) or other code looks the name up."""
+    names_by_path: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """path -> the module-level names whose values changed in that module, a class's own
+    name standing for any change in its body: what a test that reads the module by string
+    (getattr, import_module) can see."""
 
     @property
     def paths(self) -> list[str]:
@@ -112,6 +116,7 @@ def analyse(files: tuple[FileChange, ...], old_inv: Mapping[str, FileBlocks],
     local: dict[str, set[str]] = {}
     unresolved: dict[str, str] = {}
     added_methods: dict[tuple[str, str], frozenset[str]] = {}
+    by_path: dict[str, set[str]] = {}
 
     for change in files:
         new_path = change.path if change.status != "removed" else None
@@ -153,6 +158,11 @@ def analyse(files: tuple[FileChange, ...], old_inv: Mapping[str, FileBlocks],
                 continue
             short = qualname.rsplit(".", 1)[-1]
             changed_statements = _statement_changes(before, after)
+            in_module = by_path.setdefault(new_path, set())
+            if kind == "class":
+                in_module.add(qualname.split(".", 1)[0])
+            elif kind == "module":
+                in_module.update(d for s in changed_statements for d in s.defines)
             if kind == "class" and _class_change_is_broad(before, after, changed_statements):
                 names.add(short)  # whoever names the class may see different behaviour
                 added = _only_added_methods(before, after, changed_statements)
@@ -169,11 +179,12 @@ def analyse(files: tuple[FileChange, ...], old_inv: Mapping[str, FileBlocks],
                     names.update(statement.defines)
 
     # A name computed from a changed name changed too, in any module (B = EPS * 2).
-    _propagate(names, local, unresolved, head_inventories)
+    _propagate(names, local, unresolved, head_inventories, by_path)
     return ChangeSet(files=files, blocks=blocks, unparseable=unparseable,
                      names=frozenset(names),
                      local_names={p: frozenset(n) for p, n in local.items()},
-                     unresolved=unresolved, added_methods=added_methods)
+                     unresolved=unresolved, added_methods=added_methods,
+                     names_by_path={p: frozenset(n) for p, n in by_path.items() if n})
 
 
 def _class_change_is_broad(before: Block | None, after: Block | None, changed) -> bool:
@@ -210,7 +221,8 @@ def _only_added_methods(before: Block | None, after: Block | None, changed
 
 
 def _propagate(names: set[str], local: dict[str, set[str]], unresolved: dict[str, str],
-               inventories: Mapping[str, FileBlocks]) -> None:
+               inventories: Mapping[str, FileBlocks],
+               by_path: dict[str, set[str]] | None = None) -> None:
     if not names and not local:
         return
     bodies = [(path, block) for path, fb in inventories.items()
@@ -233,6 +245,10 @@ def _propagate(names: set[str], local: dict[str, set[str]], unresolved: dict[str
                              if r in visible}
                 else:
                     bound = set(statement.defines)
+                if by_path is not None and bound:
+                    in_module = by_path.setdefault(path, set())
+                    in_module.update(bound if block.kind == "module"
+                                     else {block.qualname.split(".", 1)[0]})
                 fresh = bound - names
                 if fresh:
                     names.update(fresh)

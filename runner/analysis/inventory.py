@@ -7,11 +7,12 @@ module), and the hash of each Triton kernel with every jit function it calls.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 from collections import defaultdict, deque
 from typing import TYPE_CHECKING, Mapping
 
-from fastci.runner.analysis.blocks import FileBlocks, module_name_for, parse_blocks
+from fastci.runner.analysis.blocks import MODULE, FileBlocks, module_name_for, parse_blocks
 from fastci.runner.git import Repo
 
 if TYPE_CHECKING:
@@ -84,6 +85,12 @@ class Inventories(Mapping[str, FileBlocks]):
     def items(self):
         return self._all().items()
 
+    def source(self, path: str) -> bytes | None:
+        """A file's contents in this tree (doctest items compare their docstrings)."""
+        if path not in self._tree:
+            return None
+        return self._repo.read_many(self._rev, [path]).get(path)
+
     def values(self):
         return self._all().values()
 
@@ -135,13 +142,16 @@ class ImportGraph:
 
 def kernel_hashes(inventories: Mapping[str, FileBlocks], kernels: set[str]) -> dict[str, str]:
     """"path::qualname" -> hash of the kernel and every jit function it calls (by name,
-    transitively, among the jit functions of the tree). A kernel no longer found hashes to
-    "missing"."""
+    transitively, among the jit functions of the tree), and of the module-level values they
+    read: a global such as `SCALE = 2.0` is baked into the compiled kernel (constexpr or
+    not), and the configs and heuristics in its decorators are read the same way. A kernel
+    no longer found hashes to "missing"."""
     jit_by_name: dict[str, list[tuple[str, object]]] = defaultdict(list)
     for path, fb in inventories.items():
         for block in fb.blocks:
             if block.is_jit:
                 jit_by_name[block.qualname.rsplit(".", 1)[-1]].append((path, block))
+    index = _module_index(list(inventories))
     out = {}
     for key in kernels:
         path, _, qualname = key.partition("::")
@@ -160,8 +170,102 @@ def kernel_hashes(inventories: Mapping[str, FileBlocks], kernels: set[str]) -> d
             seen[ident] = b.fingerprint
             for name in b.calls:
                 queue.extend(jit_by_name.get(name, ()))
+            seen.update(_globals_read(p, b, inventories, index))
         digest = hashlib.blake2b(digest_size=12)
         for ident in sorted(seen):
             digest.update(f"{ident}={seen[ident]};".encode())
         out[key] = digest.hexdigest()
     return out
+
+
+def _globals_read(path: str, block, inventories: Mapping[str, FileBlocks],
+                  index: dict[str, set[str]]) -> dict[str, str]:
+    """"path::=name" -> digest of each module-level statement that binds a name the block
+    reads, resolved the way Triton resolves a kernel's globals: in the kernel's module, then
+    through `from x import NAME` and `import x as m` (`m.NAME`) into repository modules, and
+    on through the names those statements read (`SCALE = BASE * 2`) and the module-level
+    functions they call (`configs=get_configs()`)."""
+    out: dict[str, str] = {}
+    attributes = set(block.reads)
+    queue = deque((path, name) for name in block.reads)
+    done: set[tuple[str, str]] = set()
+    while queue:
+        p, name = queue.popleft()
+        if (p, name) in done:
+            continue
+        done.add((p, name))
+        fb = inventories.get(p)
+        if fb is None or fb.error:
+            continue
+        blocks = fb.by_qualname()
+        body = blocks.get(MODULE)
+        for statement in (body.statements if body else ()):
+            if name not in statement.defines:
+                continue
+            if statement.kind == "def":
+                target = blocks.get(name)
+                if target is None or target.is_jit:
+                    continue  # a jit function is hashed as a callee, by its calls
+                out[f"{p}::={name}"] = target.fingerprint
+                queue.extend((p, n) for n in target.reads)
+                continue
+            out[f"{p}::={name}"] = statement.digest
+            if statement.kind == "import":
+                for source, bound in zip(statement.reads, statement.defines):
+                    if bound != name:
+                        continue
+                    for target in _import_targets(fb, source, index):
+                        if target[1] is None:  # `import pkg.mod as m`: m.NAME reads
+                            queue.extend((target[0], a) for a in attributes)
+                        else:
+                            queue.append(target)
+            else:
+                queue.extend((p, n) for n in statement.reads)
+    return out
+
+
+def _import_targets(fb: FileBlocks, source: str, index: dict[str, set[str]]
+                    ) -> list[tuple[str, str | None]]:
+    """Where an imported name comes from, among the repository's modules: (path, name) for
+    `from pkg.mod import name`, (path, None) for a module imported whole."""
+    out: list[tuple[str, str | None]] = []
+    for imported in fb.imports:
+        if imported == source or imported.endswith("." + source):
+            for path in index.get(imported, ()):  # the name is a module itself
+                out.append((path, None))
+            base = imported[: -len(source) - 1] if imported != source else ""
+            for path in index.get(base, ()) if base else ():
+                out.append((path, source))
+    return out
+
+
+def doctest_digest(source: str | bytes, obj: str) -> str | None:
+    """A digest of the docstring a doctest item runs: of the module ("") or of the class or
+    function at qualname `obj`. None when it cannot be isolated (`__test__` entries, an
+    object not defined by a plain def or class): the caller then watches the whole file."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    node: ast.AST | None = tree
+    for part in obj.split(".") if obj else ():
+        node = _child_def(node, part)
+        if node is None:
+            return None
+    text = ast.get_docstring(node, clean=False)
+    return hashlib.blake2b((text if text is not None else "\0none").encode(),
+                           digest_size=12).hexdigest()
+
+
+def _child_def(node: ast.AST, name: str) -> ast.AST | None:
+    """The first def or class called `name` in `node`'s own scope (inside if/try too)."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if child.name == name:
+                return child
+        elif isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)) and \
+                not isinstance(child, ast.Lambda):
+            found = _child_def(child, name)
+            if found is not None:
+                return found
+    return None

@@ -92,6 +92,8 @@ class _Session:
     def pytest_collection_finish(self, session) -> None:
         # Hook Triton launches only if the code under test imported Triton while being
         # collected: importing it ourselves would cost every session half a second.
+        if self.recorder is not None:
+            self.recorder.scan_modules()  # reads by string, memoized functions
         if self.recorder is not None and "triton" in sys.modules:
             self.recorder.install_kernel_hook()
         # Likewise torch: module calls are captured for pruning only in suites that use it.
@@ -104,9 +106,10 @@ class _Session:
     # -- collection: contexts per test module, then the plan's selection and order -----------
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(self, collector):
-        if self.recorder is None or not isinstance(collector, pytest.Module):
+        if self.recorder is None or not isinstance(collector, pytest.File):
             return (yield)
         rel = Path(str(collector.path)).resolve().relative_to(self.recorder.repo.root.resolve())
+        self.recorder.scan_modules()
         self.recorder.push(f"collect:{rel.as_posix()}")
         try:
             return (yield)
@@ -150,6 +153,9 @@ class _Session:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
         if self.recorder is not None:
+            if not isinstance(item, pytest.Function):
+                self.recorder.set_item_code(self.test_id(item.nodeid),
+                                            *_item_code(item, self.recorder.repo.root))
             self.recorder.begin_test(self.test_id(item.nodeid), _shared_contexts(item))
         try:
             return (yield)
@@ -218,6 +224,24 @@ def _shared_contexts(item) -> list[str]:
         if defs and defs[-1].scope != "function":
             contexts.append(_fixture_context(defs[-1]))
     return contexts
+
+
+def _item_code(item, root: Path) -> tuple[str, str, str]:
+    """(kind, path, object) of an item whose code is not a Python function: a doctest's is
+    its docstring (object: its qualname in the module, "" for the module's own), any other
+    kind's is its file."""
+    try:
+        path = Path(str(item.path)).resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        path = str(item.path)
+    dtest = getattr(item, "dtest", None)
+    if type(item).__name__ == "DoctestItem" and dtest is not None:
+        module = str(dtest.globs.get("__name__", "")) if path.endswith(".py") else ""
+        name = dtest.name
+        obj = name[len(module) + 1:] if module and name.startswith(module + ".") else \
+            ("" if name == module else name)
+        return "doctest", path, obj
+    return type(item).__name__, path, ""
 
 
 def _failure(report, root: Path) -> dict:

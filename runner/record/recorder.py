@@ -22,6 +22,7 @@ import resource
 import sys
 import time
 from collections import defaultdict
+from types import ModuleType
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,7 +34,7 @@ from fastci.runner.record import tracing
 from fastci.runner.analysis.blocks import MODULE
 from fastci.runner.record.capture import CAPTURED, INSIDE, ModuleCapture
 from fastci.runner.analysis.environment import Environment, current, is_manifest, lock_hash
-from fastci.runner.evidence import SESSION, Snapshot, TestRecord
+from fastci.runner.evidence import DYNAMIC_ALL, SESSION, Snapshot, TestRecord
 from fastci.runner.git import WORKTREE, Repo
 
 if TYPE_CHECKING:
@@ -100,6 +101,16 @@ class Recorder:
         self._kernel_hook = tracing.KernelHook(self._on_launch, self.untraced)
         self._derived: dict[str, set[str]] = defaultdict(set)
         self.capture: ModuleCapture | None = None
+        # Dependencies line coverage cannot see (tracing.py): cache hits of memoized
+        # repository functions, cached properties read, names read by string.
+        self.memo = tracing.MemoWatch(self._owner)
+        self.memo_hits: dict[str, set[tuple[str, str]]] = {}
+        self.property_reads: dict[str, set] = defaultdict(set)
+        self.module_reads: dict[str, set] = defaultdict(set)
+        self.item_code: dict[str, dict[str, str]] = {}
+        self._hooked: list = []
+        self._module_count = -1
+        self._modules_seen: set[str] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -112,6 +123,9 @@ class Recorder:
         self._cov.start()
         self._cov.switch_context(SESSION_CONTEXT)
         tracing.start(self._on_file)
+        tracing.patch_cached_property()
+        tracing.start_reading(self.root, self._adopt)
+        self._route(SESSION_CONTEXT)
 
     @contextmanager
     def untraced(self):
@@ -144,6 +158,52 @@ class Recorder:
         self.context = context
         if self._cov is not None:
             self._cov.switch_context(context)
+        self._route(context)
+
+    def _route(self, context: str) -> None:
+        tracing.set_context(self.module_reads[context], self.property_reads[context])
+
+    # -- repository modules: reads by string and memoized functions ------------------------
+    def _owner(self, code) -> tuple[str, str] | None:
+        """(path, qualname) of a code object in the repository, or None."""
+        filename = getattr(code, "co_filename", "")
+        if not filename.startswith(self.root):
+            return None
+        rel = os.path.relpath(filename, self.root)
+        return (rel, code.co_qualname if hasattr(code, "co_qualname") else code.co_name) \
+            if rel in self.tree else None
+
+    def _repository_module(self, name: str, module) -> bool:
+        if name.startswith("fastci.runner.record"):
+            return False  # the recorder's own modules stay plain
+        filename = tracing._namespace(module).get("__file__") or ""
+        if not isinstance(filename, str) or not filename.startswith(self.root):
+            return False
+        return os.path.relpath(filename, self.root) in self.tree
+
+    def _adopt(self, module) -> None:
+        name = tracing._namespace(module).get("__name__", "")
+        if type(module) is ModuleType and self._repository_module(str(name), module):
+            module.__class__ = tracing.RecordingModule
+            self._hooked.append(module)
+
+    def scan_modules(self) -> None:
+        """Hook repository modules imported since the last look, and find their memoized
+        functions (cheap when no module was imported: one length check)."""
+        if len(sys.modules) == self._module_count:
+            return
+        self._module_count = len(sys.modules)
+        fresh = []
+        for name, module in list(sys.modules.items()):
+            if name in self._modules_seen or module is None:
+                continue
+            self._modules_seen.add(name)
+            if self._repository_module(name, module):
+                fresh.append((name, module))
+                if type(module) is ModuleType:
+                    module.__class__ = tracing.RecordingModule
+                    self._hooked.append(module)
+        self.memo.scan(lambda: fresh)
 
     def push(self, context: str) -> None:
         self._stack.append(self.context)
@@ -171,6 +231,8 @@ class Recorder:
 
     # -- per test ----------------------------------------------------------------------------
     def begin_test(self, nodeid: str, shared_contexts: list[str]) -> None:
+        self.scan_modules()
+        self.memo.begin()
         self.tests[nodeid] = _Test(nodeid, [nodeid, *shared_contexts], time.perf_counter())
         self._rss_before = _max_rss()
         _cuda_begin()
@@ -182,6 +244,7 @@ class Recorder:
                  dimension: str) -> None:
         if self.capture is not None:
             self.capture.end_test()
+        self.memo_hits[nodeid] = self.memo.end()
         self.pop()
         test = self.tests[nodeid]
         test.outcome, test.duration = outcome, duration
@@ -196,6 +259,8 @@ class Recorder:
     # -- the end -----------------------------------------------------------------------------
     def finish(self, store: EvidenceStore) -> Recording:
         tracing.stop()
+        tracing.stop_reading(self._hooked)
+        tracing.unpatch_cached_property()
         self._kernel_hook.uninstall()
         if self.capture is not None:
             self.capture.uninstall()
@@ -236,7 +301,9 @@ class Recorder:
                 if fb is None:
                     continue
                 blocks[path] = tuple(sorted({fb.owner_of(n) for n in ls}))
-            for path, qualname in kernels:  # a launch is evidence even without its lines
+            # A launch is evidence even without its lines; so is a cache hit of a memoized
+            # function or a cached property read (the body ran for another test).
+            for path, qualname in kernels | self._memoized(nodeid, test):
                 if path in inventories and qualname not in blocks.get(path, ()):
                     blocks[path] = tuple(sorted({*blocks.get(path, ()), qualname}))
             tests[nodeid] = TestRecord(
@@ -247,7 +314,9 @@ class Recorder:
                 markers=test.markers, dimension=test.dimension, spawns=tuple(sorted(spawns)),
                 peak_memory=test.peak_memory, cuda=test.cuda,
                 lines={p: tuple(sorted(ls)) for p, ls in lines.items()},
-                modules=self._module_evidence(nodeid, test, lines_by_context))
+                modules=self._module_evidence(nodeid, test, lines_by_context),
+                dynamic=self._dynamic_reads(nodeid, test),
+                code=self._item_code(nodeid, shas))
         import_time: dict[str, dict[str, list[str]]] = defaultdict(dict)
         session_files: dict[str, str] = {}
         for context, by_path in lines_by_context.items():
@@ -268,7 +337,11 @@ class Recorder:
                             import_time[path][qualname].append(origin)
         for context, opened in self.files.items():
             if context == SESSION_CONTEXT or context.startswith("collect:"):
-                session_files.update(shas.hash_all(opened))
+                # A text file collected as tests (--doctest-glob, a YAML plugin) is read by
+                # its own collector: its items select themselves when it changes.
+                own = os.path.join(self.root, context[len("collect:"):]) \
+                    if context.startswith("collect:") else None
+                session_files.update(shas.hash_all({f for f in opened if f != own}))
         if self.capture is not None:
             store.save_captures(self.capture.blobs)
         manifests = {p: (Path(self.root) / p).read_bytes() for p in self.tree
@@ -279,6 +352,52 @@ class Recorder:
             session_files=session_files, first_failure_at=self.first_failure_at,
             started_at=self.started_at, finished_at=time.time(), order=list(self.tests))
 
+
+    def _memoized(self, nodeid: str, test: _Test) -> set[tuple[str, str]]:
+        """Memoized functions whose cache answered the test, and cached properties it read."""
+        out = set(self.memo_hits.get(nodeid, ()))
+        for context in [*test.contexts, *self._derived.get(nodeid, ())]:
+            for func in self.property_reads.get(context, ()):
+                code = getattr(func, "__code__", None)
+                where = self._owner(code) if code is not None else None
+                if where is not None:
+                    out.add((where[0], getattr(func, "__qualname__", where[1])))
+        return out
+
+    def _dynamic_reads(self, nodeid: str, test: _Test) -> dict[str, tuple[str, ...]]:
+        """path -> names the test read by string. Reads while its test file was imported,
+        or at session start (conftest files), count for it too: their values live on."""
+        contexts = [*test.contexts, *self._derived.get(nodeid, ()),
+                    "collect:" + nodeid.split("::", 1)[0], SESSION_CONTEXT]
+        out: dict[str, set[str]] = defaultdict(set)
+        for context in contexts:
+            for module, name in self.module_reads.get(context, ()):
+                filename = tracing._namespace(module).get("__file__") or ""
+                rel = os.path.relpath(filename, self.root)
+                if name == "__dict__":
+                    out[rel].add(DYNAMIC_ALL)
+                elif not (name.startswith("__") and name.endswith("__")):
+                    out[rel].add(name)
+        return {p: tuple(sorted(n)) for p, n in sorted(out.items())}
+
+    def set_item_code(self, nodeid: str, kind: str, path: str, obj: str = "") -> None:
+        """The test item's code is not a Python function (a doctest, a plugin's item)."""
+        self.item_code[nodeid] = {"kind": kind, "path": path, "object": obj}
+
+    def _item_code(self, nodeid: str, shas: "_FileHasher") -> dict[str, str]:
+        code = self.item_code.get(nodeid)
+        if code is None:
+            return {}
+        path = code["path"]
+        out = {**code, "sha": self.tree.get(path) or
+               shas.hash_all({os.path.join(self.root, path)}).get(path, "unreadable")}
+        if code["kind"] == "doctest" and path.endswith(".py"):
+            try:
+                source = (Path(self.root) / path).read_bytes()
+            except OSError:
+                source = b""
+            out["digest"] = inventory.doctest_digest(source, code["object"]) or ""
+        return out
 
     def _module_evidence(self, nodeid: str, test: _Test, lines_by_context) -> dict | None:
         """Which lines ran inside which captured module call, and which outside any."""
@@ -363,6 +482,7 @@ def recording_from_json(data: dict) -> tuple[Recording, dict[str, dict]]:
         t["dirs"] = tuple(t["dirs"])
         t["spawns"] = tuple(t["spawns"])
         t["markers"] = tuple(t["markers"])
+        t["dynamic"] = {p: tuple(n) for p, n in t.get("dynamic", {}).items()}
         tests[t["test_id"]] = TestRecord(**t)
     rec = Recording(tree=data["tree"], environment=Environment(**data["environment"]),
                     tests=tests, import_time=data["import_time"],

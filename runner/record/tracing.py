@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from types import FunctionType, ModuleType
 from typing import Callable
 
 _sink: Callable[[str, str], None] | None = None
@@ -137,3 +138,281 @@ class KernelHook:
         for cls, name, original in reversed(self._patched):
             setattr(cls, name, original)
         self._patched.clear()
+
+
+# -- memoized repository functions ----------------------------------------------------------
+# A cache hit returns a value without running the function's body, so line coverage credits
+# the body only to the test that computed the value first. Hits are counted instead.
+
+def _lru_type() -> type | None:
+    import functools  # noqa: PLC0415
+
+    return getattr(functools, "_lru_cache_wrapper", None)
+
+
+class MemoWatch:
+    """The functools.lru_cache / functools.cache wrappers of repository functions found in
+    repository modules (module level and class level), and their hit counts around a test.
+
+    `owner(code)` maps a function's code object to its (path, qualname) in the repository,
+    or None for code outside it.
+    """
+
+    def __init__(self, owner: Callable[[object], tuple[str, str] | None]) -> None:
+        self.owner = owner
+        self.wrappers: list[tuple[object, tuple[str, str]]] = []
+        self._ids: set[int] = set()
+        self._seen: set[str] = set()
+        self._count = -1
+        self._before: list[int] = []
+        self._lru = _lru_type()
+
+    def scan(self, modules: Callable[[], list]) -> None:
+        """Look at modules not seen yet; `modules()` lists the repository's (name, module)."""
+        if len(sys.modules) == self._count:
+            return
+        self._count = len(sys.modules)
+        for name, module in modules():
+            if name in self._seen:
+                continue
+            self._seen.add(name)
+            namespace = _namespace(module)
+            for value in list(namespace.values()):
+                self._consider(value)
+                if isinstance(value, type) and value.__dict__.get("__module__") == name:
+                    for member in list(value.__dict__.values()):
+                        self._consider(getattr(member, "__func__", member))
+
+    def _consider(self, value: object) -> None:
+        if id(value) in self._ids:
+            return
+        kind = type(value)
+        if kind is not self._lru and not (kind is FunctionType and "cache_info" in
+                                           getattr(value, "__dict__", ())):
+            return
+        wrapped = getattr(value, "__wrapped__", None)
+        code = getattr(wrapped, "__code__", None)
+        where = self.owner(code) if code is not None else None
+        if where is None:
+            return
+        self._ids.add(id(value))
+        self.wrappers.append((value, (where[0], getattr(wrapped, "__qualname__", where[1]))))
+
+    def begin(self) -> None:
+        self._before = [_hits(w) for w, _ in self.wrappers]
+
+    def end(self) -> set[tuple[str, str]]:
+        """The functions whose cache answered during the test (wrappers found since `begin`
+        count from zero hits, which is conservative)."""
+        before = self._before
+        out = set()
+        for i, (wrapper, where) in enumerate(self.wrappers):
+            if _hits(wrapper) > (before[i] if i < len(before) else 0):
+                out.add(where)
+        return out
+
+
+def _hits(wrapper) -> int:
+    try:
+        return wrapper.cache_info().hits
+    except Exception:  # a wrapper that no longer answers: count it as hit (selects more)
+        return 1 << 62
+
+
+def _namespace(module) -> dict:
+    """A module's dict without going through a recording module's attribute hook."""
+    try:
+        return object.__getattribute__(module, "__dict__")
+    except Exception:
+        return {}
+
+
+# -- functools.cached_property --------------------------------------------------------------
+# Reading a cached property computed earlier never calls the descriptor (the value sits in
+# the instance dict and a non-data descriptor loses to it). While recording, the plugin puts
+# a data-descriptor subclass in its place, early, so every read of a property defined in a
+# repository class passes through `__get__` and is noted for the running context.
+
+_property_reads: set | None = None  # functions whose cached value was read, this context
+_original_cached_property = None
+
+
+def _make_recording_cached_property(base: type) -> type:
+    class cached_property(base):  # noqa: N801 (the name it stands in for)
+        __doc__ = base.__doc__
+        __module__ = base.__module__
+
+        def __get__(self, instance, owner=None):
+            if instance is None:
+                return self
+            reads = _property_reads
+            if reads is not None:
+                reads.add(self.func)
+            try:  # a hit, as the original answers it: straight from the instance dict
+                return instance.__dict__[self.attrname]
+            except (AttributeError, KeyError, TypeError):
+                return base.__get__(self, instance, owner)
+
+        def __set__(self, instance, value):
+            # What plain assignment did while this was a non-data descriptor.
+            try:
+                namespace = instance.__dict__
+            except AttributeError:
+                raise AttributeError(
+                    f"{type(instance).__name__!r} object has no attribute "
+                    f"{self.attrname!r}") from None
+            namespace[self.attrname] = value
+
+        def __delete__(self, instance):
+            try:
+                del instance.__dict__[self.attrname]
+            except (AttributeError, KeyError):
+                raise AttributeError(self.attrname) from None
+
+    cached_property.__qualname__ = base.__qualname__
+    return cached_property
+
+
+def patch_cached_property() -> None:
+    """Replace functools.cached_property (until `unpatch_cached_property`)."""
+    global _original_cached_property
+    import functools  # noqa: PLC0415
+
+    if _original_cached_property is None:
+        _original_cached_property = functools.cached_property
+        functools.cached_property = _make_recording_cached_property(_original_cached_property)
+
+
+def unpatch_cached_property() -> None:
+    """Classes built meanwhile keep the subclass; with no sink it only reads the cache."""
+    global _original_cached_property, _property_reads
+    import functools  # noqa: PLC0415
+
+    _property_reads = None
+    if _original_cached_property is not None:
+        functools.cached_property = _original_cached_property
+        _original_cached_property = None
+
+
+# -- names read by string -------------------------------------------------------------------
+# `getattr(importlib.import_module("pkg.mod"), "NAME")` reads NAME without the name ever
+# appearing in source. While recording, repository modules get a ModuleType subclass whose
+# attribute hook notes (module, name) for the running context, except where the static
+# analysis already sees the read: `mod.NAME` or `from mod import NAME` written in a
+# repository file. `mod.__dict__` and `vars(mod)` are noted as "__dict__" (the whole module).
+
+_module_reads: set | None = None  # (module, name) read by string, this context
+_static_ops: frozenset[int] = frozenset()
+_repo_root = "\0"
+_adopt: Callable[[ModuleType], None] | None = None
+
+
+class RecordingModule(ModuleType):
+    """A repository module while recording: notes reads by string for the running test.
+
+    On the hot path (a `mod.NAME` in repository code) it costs one frame look-up and one
+    dict look-up of the call site: each site is classified once (`_site_kind`).
+    """
+
+    def __getattribute__(self, name):
+        reads = _module_reads
+        if reads is None:
+            return ModuleType.__getattribute__(self, name)
+        frame = _getframe(1)
+        site = (id(frame.f_code), frame.f_lasti)  # a code object hashes by value: slow
+        kind = _sites.get(site)
+        if kind is None:
+            kind = _sites[site] = _site_kind(frame)
+        if kind == _TOOL:
+            unseen = False
+        elif kind == _SOURCE:
+            unseen = name == "__dict__"
+        else:
+            unseen = name == "__dict__" or not (name[:2] == "__" and name[-2:] == "__")
+        try:
+            value = ModuleType.__getattribute__(self, name)
+        except AttributeError:
+            if unseen:
+                reads.add((self, name))  # hasattr(mod, "X"): adding X changes the answer
+            raise
+        if unseen:
+            reads.add((self, name))
+        if type(value) is ModuleType and _adopt is not None:
+            _adopt(value)  # a submodule reached by attribute: hooked before it is read
+        return value
+
+
+_getframe = sys._getframe
+_sites: dict = {}  # (id of code, instruction offset) -> _TOOL | _SOURCE | _OTHER
+_site_codes: list = []
+_TOOL, _SOURCE, _OTHER = 0, 1, 2
+# Callers that look at modules to import them, report on them or find their source (the
+# Triton JIT reads a kernel's source through inspect), not to read their values.
+_TOOLING = ("<frozen importlib", "/importlib/", "/_pytest/", "/pluggy/", "/coverage/",
+            "/inspect.py", "/linecache.py", "/traceback.py")
+
+
+def _site_kind(frame) -> int:
+    """_TOOL: tooling; _SOURCE: `mod.NAME` or `from mod import NAME` written in a repository
+    file (the static analysis sees it); _OTHER: a read by string (getattr, vars, ...)."""
+    code = frame.f_code
+    _site_codes.append(code)  # kept alive, so its id is never reused while cached
+    filename = code.co_filename
+    if any(part in filename for part in _TOOLING):
+        return _TOOL
+    if filename.startswith(_repo_root) and code.co_code[frame.f_lasti] in _static_ops:
+        return _SOURCE
+    return _OTHER
+
+
+_original_import_module = None
+
+
+def start_reading(root: str, adopt: Callable[[ModuleType], None]) -> None:
+    """Hook reads by string until `stop_reading`; `adopt(module)` hooks a repository module
+    (importlib.import_module's answers are adopted before the caller reads from them)."""
+    global _static_ops, _repo_root, _adopt, _original_import_module
+    import dis  # noqa: PLC0415
+    import importlib  # noqa: PLC0415
+
+    if _original_import_module is None:
+        original = _original_import_module = importlib.import_module
+
+        def import_module(name, package=None):
+            module = original(name, package)
+            if _adopt is not None and type(module) is ModuleType:
+                _adopt(module)
+            return module
+
+        import_module.__wrapped__ = original
+        import_module.__doc__ = original.__doc__
+        importlib.import_module = import_module
+
+    _static_ops = frozenset(dis.opmap[n] for n in ("LOAD_ATTR", "LOAD_METHOD", "IMPORT_FROM",
+                                                  "IMPORT_NAME", "STORE_ATTR", "DELETE_ATTR")
+                            if n in dis.opmap)
+    _repo_root = root.rstrip("/") + "/"
+    _adopt = adopt
+
+
+def set_context(module_reads: set | None, property_reads: set | None) -> None:
+    """Route reads by string and cached-property reads to the running context's sets."""
+    global _module_reads, _property_reads
+    _module_reads = module_reads
+    _property_reads = property_reads
+
+
+def stop_reading(modules: list[ModuleType]) -> None:
+    global _module_reads, _adopt, _original_import_module
+    import importlib  # noqa: PLC0415
+
+    _module_reads = None
+    _adopt = None
+    if _original_import_module is not None:
+        importlib.import_module = _original_import_module
+        _original_import_module = None
+    for module in modules:
+        if type(module) is RecordingModule:
+            module.__class__ = ModuleType
+    _sites.clear()
+    _site_codes.clear()

@@ -61,4 +61,13 @@ def explain(sel: Selection, test_id: str, evidence=None, not_pruned: str | None 
                          + ", ".join(sorted(evidence.files)[:8]))
         if evidence.kernels:
             lines.append("    launched kernels: " + ", ".join(sorted(evidence.kernels)))
+        if evidence.dynamic:
+            read = [f"{path}::{name}" for path, names in sorted(evidence.dynamic.items())
+                    for name in names]
+            lines.append(f"    read by string: {', '.join(read[:8])}"
+                         + (" …" if len(read) > 8 else "") + "  (::* is a whole module)")
+        if evidence.code:
+            where = evidence.code.get("object") or ""
+            lines.append(f"    its code: a {evidence.code.get('kind')} item in "
+                         f"{evidence.code.get('path')}" + (f" ({where})" if where else ""))
     return "\n".join(lines)

@@ -16,8 +16,8 @@ from fastci.runner.analysis.blocks import MODULE, FileBlocks
 from fastci.runner.analysis.changes import ChangeSet, blocks_reading, is_native, is_pytest_config
 from fastci.runner.config import Settings
 from fastci.runner.analysis.environment import Environment, is_manifest
-from fastci.runner.evidence import SESSION, Snapshot, TestRecord
-from fastci.runner.analysis.inventory import ImportGraph
+from fastci.runner.evidence import DYNAMIC_ALL, SESSION, Snapshot, TestRecord
+from fastci.runner.analysis.inventory import ImportGraph, doctest_digest
 from fastci.runner.selection.report import Decision, Selection
 
 MAX_EXAMPLES = 3
@@ -145,6 +145,8 @@ class _Rules:
         self.code_or_data_changed = bool(changes.blocks or changes.unresolved
                                          or changes.unparseable) or any(
             not c.path.endswith(".py") for c in changes.files)
+        self._sources: dict[str, bytes | None] = {}
+        self.namespace_readers = self._namespace_readers()
         status = changes.file_status()
         self.added_or_removed = defaultdict(list)
         for path, change in status.items():
@@ -181,6 +183,10 @@ class _Rules:
         own = test_function(test.test_id)
         if own in self.changed_blocks:
             out.append(f"the test's own code changed ({own[0]}::{own[1]})")
+        if test.code:
+            why = self._item_code_changed(test.code)
+            if why:
+                out.append(why)
         hits, name_hits, unresolved, keys, conditions = [], [], [], [], set()
         for path, qualnames in test.blocks.items():
             if path in changes.unresolved:
@@ -252,11 +258,76 @@ class _Rules:
         kernels = [k for k, h in test.kernels.items() if inp.head_kernels.get(k, "missing") != h]
         if kernels:
             units += len(kernels)
-            out.append(_examples("launched a Triton kernel whose source, or a jit function it "
-                                 "calls, changed", kernels))
+            out.append(_examples("launched a Triton kernel whose source, a jit function it "
+                                 "calls, or a module-level value they read changed", kernels))
+        by_string = self._read_by_string(test)
+        if by_string:
+            units += len(by_string)
+            out.append(_examples("read by string a changed module or class value",
+                                 by_string))
         if out and len(out) == blocks_only and not others:
             return out, units, tuple(sorted(keys)), tuple(sorted(conditions))
         return out, units, (), ()
+
+    def _namespace_readers(self) -> dict[tuple[str, str], str]:
+        """Blocks that call globals() or vars() in a module whose values changed: they read
+        names by string from their own module, which no static read shows."""
+        changes, out = self.inp.changes, {}
+        for path in set(changes.names_by_path) | set(changes.unresolved):
+            if path not in self.inp.head_inventories:
+                continue
+            fb = self.inp.head_inventories[path]
+            changed = ", ".join(sorted(changes.names_by_path.get(path, ()))[:MAX_EXAMPLES])
+            for block in fb.blocks:
+                if block.kind != "module" and {"globals", "vars"} & set(block.calls):
+                    out[(path, block.qualname)] = changed or changes.unresolved.get(path, "")
+        return out
+
+    def _read_by_string(self, test: TestRecord) -> list[str]:
+        """Names the test reached through getattr, import_module, vars() or a module's
+        __dict__ that changed; a whole namespace read sees any changed value in it."""
+        changes = self.inp.changes
+        out = []
+        for (path, qualname), changed in self.namespace_readers.items():
+            if qualname in test.blocks.get(path, ()):
+                out.append(f"{path}::{qualname} through globals() or vars() ({changed})")
+        for path, names in test.dynamic.items():
+            changed = changes.names_by_path.get(path, frozenset())
+            broad = changes.unresolved.get(path) or (
+                "does not parse" if path in changes.unparseable else None)
+            if DYNAMIC_ALL in names and (changed or broad):
+                shown = ", ".join(sorted(changed)[:MAX_EXAMPLES]) or broad
+                out.append(f"{path} as a whole, through vars() or __dict__ ({shown})")
+                continue
+            hit = changed.intersection(names)
+            if hit:
+                out += [f"{path}::{name}" for name in sorted(hit)]
+            elif broad:
+                out.append(f"{path}::{', '.join(names[:MAX_EXAMPLES])} ({broad})")
+        return out
+
+    def _item_code_changed(self, code) -> str | None:
+        """Why an item whose code is not a Python function must run, or None: a doctest is
+        its docstring, any other kind (a doctest text file, a plugin's YAML item) its file."""
+        path, kind = code.get("path", ""), code.get("kind", "item")
+        now = _file_sha(self.inp, path)
+        if now is not None and now == code.get("sha"):
+            return None
+        if now is None:
+            return f"the file that holds its code, {path}, is gone ({kind} item)"
+        if kind == "doctest" and code.get("digest"):
+            if path not in self._sources:
+                reader = getattr(self.inp.head_inventories, "source", None)
+                self._sources[path] = reader(path) if reader is not None else None
+            source = self._sources[path]
+            where = f"{path}::{code.get('object') or MODULE}"
+            if source is None:
+                return f"its doctest's file changed and cannot be read to compare ({where})"
+            if doctest_digest(source, code.get("object", "")) == code["digest"]:
+                return None
+            return f"the doctest's own code changed: the docstring of {where}"
+        return (f"the test's own code changed: {path}, which holds this {kind} item "
+                "(its code is not a Python block FastCI can map)")
 
     def skip_reason(self, test: TestRecord) -> str:
         nblocks = sum(len(q) for q in test.blocks.values())

@@ -1,0 +1,168 @@
+"""Memoized repository code: a test that only hits a cache never runs the function's body,
+so its evidence must come from the hit. Each test records an order in which the first test
+computes the value and a later one only reads it, breaks the function so the later one
+fails, and checks that FastCI selects it (and still skips an unrelated test)."""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+
+import pytest
+
+from fastci.runner.record import tracing
+
+BASE = {"pyproject.toml": "[project]\nname = 'pk'\nversion = '0'\n", "pk/__init__.py": ""}
+
+MEMO = {
+    **BASE,
+    "pk/tables.py": '''
+        import functools
+
+
+        @functools.lru_cache(maxsize=None)
+        def table(n):
+            return [i * 2 for i in range(n)]
+
+
+        @functools.cache
+        def ident(n):
+            return n
+
+
+        class Grid:
+            @functools.lru_cache(maxsize=8)
+            def cells(self):
+                return 4
+
+            @functools.cached_property
+            def width(self):
+                return 4
+
+            def __hash__(self):
+                return 0
+
+            def __eq__(self, other):
+                return isinstance(other, Grid)
+
+
+        GRID = Grid()
+    ''',
+    # test_a computes every value first; the tests in test_b.py only ever hit the caches.
+    "tests/test_a.py": '''
+        from pk.tables import GRID, Grid, ident, table
+
+
+        def test_a():
+            assert len(table(3)) == 3
+            assert ident(3) == 3
+            assert Grid().cells() > 0
+            assert GRID.width > 0
+
+
+        def test_unrelated():
+            assert 1 + 1 == 2
+    ''',
+    "tests/test_b.py": '''
+        from pk.tables import GRID, Grid, ident, table
+
+
+        def test_lru_cache():
+            assert table(3) == [0, 2, 4]
+
+
+        def test_cache():
+            assert ident(3) == 3
+
+
+        def test_cached_method():
+            assert Grid().cells() == 4
+
+
+        def test_cached_property():
+            assert GRID.width == 4
+    ''',
+}
+
+
+def fails(project, test_id: str) -> bool:
+    """Whether the test fails at the working tree (the escape is real, not hypothetical)."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "tests/test_a.py", "tests/test_b.py"],
+                          cwd=project.root, capture_output=True, text=True)
+    return f"FAILED {test_id}" in proc.stdout
+
+
+@pytest.fixture
+def memo(project):
+    project.write(MEMO)
+    project.commit()
+    project.record()
+    return project
+
+
+@pytest.mark.parametrize("old, new, victim", [
+    ("i * 2 for", "i * 3 for", "tests/test_b.py::test_lru_cache"),
+    ("return n\n", "return n + 1\n", "tests/test_b.py::test_cache"),
+    ("def cells(self):\n        return 4", "def cells(self):\n        return 5",
+     "tests/test_b.py::test_cached_method"),
+    ("def width(self):\n        return 4", "def width(self):\n        return 5",
+     "tests/test_b.py::test_cached_property"),
+])
+def test_a_cache_hit_selects_the_test_that_hit_it(memo, old, new, victim):
+    memo.edit("pk/tables.py", old, new)
+    assert fails(memo, victim)
+    selected = memo.selected()
+    assert victim in selected
+    assert "tests/test_a.py::test_unrelated" not in selected
+    # Exact: a hit credits the one function, not the module.
+    others = {"tests/test_b.py::test_lru_cache", "tests/test_b.py::test_cache",
+              "tests/test_b.py::test_cached_method", "tests/test_b.py::test_cached_property"}
+    assert not (selected & others) - {victim}
+
+
+def test_the_recording_cached_property_behaves_like_the_original():
+    """While recording, functools.cached_property is a data-descriptor subclass: caching,
+    assignment, deletion, class access and __set_name__ must be what they were."""
+    tracing.patch_cached_property()
+    try:
+        calls = []
+
+        class Thing:
+            @functools.cached_property
+            def value(self):
+                """The value."""
+                calls.append(1)
+                return len(calls)
+
+        thing = Thing()
+        assert isinstance(Thing.__dict__["value"], tracing._original_cached_property)
+        assert Thing.value.__doc__ == "The value." and Thing.value.attrname == "value"
+        assert (thing.value, thing.value, len(calls)) == (1, 1, 1)
+        thing.value = 10
+        assert thing.value == 10 and thing.__dict__["value"] == 10
+        del thing.value
+        assert thing.value == 2  # computed again
+        with pytest.raises(AttributeError):
+            del Thing().value
+        reads: set = set()
+        tracing.set_context(None, reads)
+        assert thing.value == 2
+        assert reads == {Thing.__dict__["value"].func}
+
+        class Slotted:
+            __slots__ = ()
+
+            @functools.cached_property
+            def value(self):
+                return 1
+
+        with pytest.raises(TypeError):  # as the original: no __dict__ to cache in
+            Slotted().value
+    finally:
+        tracing.set_context(None, None)
+        tracing.unpatch_cached_property()
+    assert functools.cached_property is tracing._original_cached_property or \
+        tracing._original_cached_property is None
+    assert functools.cached_property.__module__ == "functools"

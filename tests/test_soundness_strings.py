@@ -1,0 +1,143 @@
+"""Names read by string: frameworks build components from configuration strings
+(`getattr(importlib.import_module(module), name)`), which no static read shows. Each way of
+reading gets a test: the value it reads changes so that its reader fails, and FastCI must
+select the reader while still skipping a test that reads nothing of the module."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from fastci.runner.engine import Engine
+
+STRINGS = {
+    "pyproject.toml": "[project]\nname = 'pk'\nversion = '0'\n",
+    "pk/__init__.py": "",
+    "pk/consts.py": '''
+        SCALE = 2
+        WIDTH = 4
+        DEPTH = 8
+        HEIGHT = 16
+        SPAN = 32
+        UNUSED = 0
+
+
+        class Layer:
+            bias = 1
+    ''',
+    "pk/registry.py": '''
+        SIZE = 3
+
+
+        def lookup(name):
+            return globals()[name]
+    ''',
+    # Imported at collection: the tests below find every module already loaded.
+    "tests/test_strings.py": '''
+        import importlib
+
+        import pk.consts  # noqa: F401
+        import pk.registry
+
+
+        def build(target):
+            module, _, name = target.rpartition(".")
+            return getattr(importlib.import_module(module), name)
+
+
+        def test_getattr_import_module():
+            assert build("pk.consts.SCALE") == 2
+
+
+        def test_vars():
+            assert vars(importlib.import_module("pk.consts"))["WIDTH"] == 4
+
+
+        def test_module_dict():
+            assert importlib.import_module("pk.consts").__dict__["DEPTH"] == 8
+
+
+        def test_dunder_import():
+            assert getattr(__import__("pk.consts", fromlist=["x"]), "HEIGHT") == 16
+
+
+        def test_globals():
+            assert pk.registry.lookup("SIZE") == 3
+
+
+        def test_class_by_string():
+            assert build("pk.consts.Layer")().bias == 1
+
+
+        def test_unrelated():
+            assert 1 + 1 == 2
+    ''',
+}
+
+ALL_READERS = {f"tests/test_strings.py::{n}" for n in (
+    "test_getattr_import_module", "test_vars", "test_module_dict", "test_dunder_import",
+    "test_globals", "test_class_by_string")}
+
+
+@pytest.fixture(scope="module")
+def strings(tmp_path_factory):
+    from conftest import Project  # noqa: PLC0415
+
+    project = Project(tmp_path_factory.mktemp("strings") / "repo")
+    project.write(STRINGS)
+    project.commit()
+    project.record()
+    return project
+
+
+def failing(project) -> set[str]:
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-rf", "tests"], cwd=project.root, capture_output=True, text=True)
+    return {line.split()[1] for line in proc.stdout.splitlines() if line.startswith("FAILED ")}
+
+
+@pytest.mark.parametrize("path, old, new, reader", [
+    ("pk/consts.py", "SCALE = 2", "SCALE = 3", "test_getattr_import_module"),
+    ("pk/consts.py", "WIDTH = 4", "WIDTH = 5", "test_vars"),
+    ("pk/consts.py", "DEPTH = 8", "DEPTH = 9", "test_module_dict"),
+    ("pk/consts.py", "HEIGHT = 16", "HEIGHT = 17", "test_dunder_import"),
+    ("pk/registry.py", "SIZE = 3", "SIZE = 4", "test_globals"),
+    ("pk/consts.py", "bias = 1", "bias = 2", "test_class_by_string"),
+])
+def test_a_name_read_by_string_selects_its_reader(strings, path, old, new, reader):
+    strings.edit(path, old, new)
+    try:
+        reader = f"tests/test_strings.py::{reader}"
+        assert failing(strings) == {reader}
+        result = strings.select()
+        decisions = {t["id"]: t for t in result["tests"]}
+        assert decisions[reader]["decision"] == "selected"
+        assert any("by string" in r or "globals()" in r
+                   for r in decisions[reader]["reasons"])
+        assert decisions["tests/test_strings.py::test_unrelated"]["decision"] == "skipped"
+    finally:
+        strings.edit(path, new, old)
+
+
+def test_reads_by_string_are_exact_by_name(strings):
+    """Reading SCALE by string does not make a test depend on every value of the module."""
+    strings.edit("pk/consts.py", "UNUSED = 0", "UNUSED = 1")
+    try:
+        selected = strings.selected()
+        assert "tests/test_strings.py::test_getattr_import_module" not in selected
+        assert "tests/test_strings.py::test_dunder_import" not in selected
+        # vars() and __dict__ read the whole namespace: any changed value selects them.
+        assert {"tests/test_strings.py::test_vars",
+                "tests/test_strings.py::test_module_dict"} <= selected
+    finally:
+        strings.edit("pk/consts.py", "UNUSED = 1", "UNUSED = 0")
+
+
+def test_evidence_names_what_was_read_by_string(strings):
+    snap = Engine(strings.root).plan().snapshot
+    dynamic = snap.tests["tests/test_strings.py::test_getattr_import_module"].dynamic
+    assert "SCALE" in dynamic["pk/consts.py"]
+    assert "*" in snap.tests["tests/test_strings.py::test_vars"].dynamic["pk/consts.py"]
+    assert not snap.tests["tests/test_strings.py::test_unrelated"].dynamic
