@@ -11,13 +11,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from fastci.runner.selection import risk as risk_model
 from fastci.runner.analysis.blocks import MODULE, FileBlocks
 from fastci.runner.analysis.changes import ChangeSet, blocks_reading, is_native, is_pytest_config
-from fastci.runner.config import Settings
 from fastci.runner.analysis.environment import Environment, is_manifest
-from fastci.runner.evidence import DYNAMIC_ALL, SESSION, Snapshot, TestRecord
 from fastci.runner.analysis.inventory import ImportGraph, doctest_digest
+from fastci.runner.config import Settings
+from fastci.runner.evidence import DYNAMIC_ALL, SESSION, Snapshot, TestRecord
+from fastci.runner.selection import risk as risk_model
 from fastci.runner.selection.report import Decision, Selection
 
 MAX_EXAMPLES = 3
@@ -25,6 +25,10 @@ MAX_EXAMPLES = 3
 # change behaviour without overriding anything: such additions are never pruned.
 LOOKED_UP_BY_NAME = frozenset({"reset_parameters", "_reset_parameters", "extra_repr",
                                "init_weights", "_init_weights", "fuse", "fuse_modules"})
+
+_BlockKey = tuple[str, str]  # (path, qualname)
+_Condition = tuple[str, str, tuple[str, ...]]  # (path, class, methods it only gained)
+_Weighted = list[tuple[str, int]]  # reasons, each with its share of the change
 
 
 @dataclass(frozen=True)
@@ -69,8 +73,8 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def _select_all_reasons(inp: SelectionInput) -> list[str]:
-    snap, changes = inp.snapshot, inp.changes
+def _select_all_reasons(inp: SelectionInput, snap: Snapshot) -> list[str]:
+    changes = inp.changes
     reasons = []
     if snap.environment.digest != inp.environment.digest:
         reasons.append(f"evidence was recorded under another environment "
@@ -118,7 +122,7 @@ def _file_sha(inp: SelectionInput, path: str) -> str | None:
 class _Rules:
     """Per-test rules, with the tree-wide facts they share computed once."""
 
-    def __init__(self, inp: SelectionInput) -> None:
+    def __init__(self, inp: SelectionInput, snap: Snapshot) -> None:
         self.inp = inp
         changes = inp.changes
         self.changed_blocks = changes.blocks
@@ -129,9 +133,9 @@ class _Rules:
         self.block_paths = {p for p, _ in self.changed_blocks} | {p for p, _ in self.name_hits}
         self.reached: dict[str, set[str]] = {}
         watch = set(changes.unresolved) | set(changes.unparseable)
-        self.import_time_changes = []
+        self.import_time_changes: list[tuple[str, str, set[str]]] = []
         for (path, qualname) in changes.blocks:
-            origins = inp.snapshot.import_time.get(path, {}).get(qualname)
+            origins = snap.import_time.get(path, {}).get(qualname)
             if origins is not None:
                 self.import_time_changes.append((path, qualname, set(origins)))
                 watch.add(path)
@@ -148,16 +152,16 @@ class _Rules:
         self._sources: dict[str, bytes | None] = {}
         self.namespace_readers = self._namespace_readers()
         status = changes.file_status()
-        self.added_or_removed = defaultdict(list)
+        self.added_or_removed: dict[str, list[str]] = defaultdict(list)
         for path, change in status.items():
             if change.status in ("added", "removed", "renamed"):
                 self.added_or_removed[posixpath.dirname(path)].append(path)
 
-    def _harmless_class_additions(self) -> dict[str, tuple[str, str, tuple[str, ...]]]:
+    def _harmless_class_additions(self) -> dict[str, _Condition]:
         """Class name -> (path, class, added methods) for classes that only gained methods
         nobody else reads; whether one overrides an inherited attribute is checked when
         pruning, under the new code."""
-        out = {}
+        out: dict[str, _Condition | None] = {}
         for (path, qualname), added in self.inp.changes.added_methods.items():
             if added & LOOKED_UP_BY_NAME:
                 continue
@@ -171,15 +175,27 @@ class _Rules:
             out[short] = (path, qualname, tuple(sorted(added)))
         return {k: v for k, v in out.items() if v is not None}
 
-    def reasons(self, test: TestRecord) -> tuple[list[str], int, tuple, tuple]:
+    def reasons(self, test: TestRecord
+                ) -> tuple[list[str], int, tuple[_BlockKey, ...], tuple[_Condition, ...]]:
         """Why the test must run (empty: it need not), its share of the change, and the
         blocks it was selected for when they are its only reasons (pruning candidates)."""
-        inp, changes = self.inp, self.inp.changes
-        out: list[str] = []
+        own = self._own_reasons(test)
+        executed = self._executed_changes(test)
         tfile = test_file(test.test_id)
-        units = 0
+        later = [*self._module_level_changes(test, tfile), *self._import_time_changes(test, tfile),
+                 *self._changed_inputs(test), *self._unseen_dependencies(test)]
+        out = own + executed.reasons + [reason for reason, _ in later]
+        units = executed.units + sum(n for _, n in later)
+        if executed.reasons and not own and not later:
+            return out, units, tuple(sorted(executed.keys)), tuple(sorted(executed.conditions))
+        return out, units, (), ()
+
+    def _own_reasons(self, test: TestRecord) -> list[str]:
+        """Reasons about the test itself (no share of the change): it failed last time, or
+        its own code changed. Any of them rules out pruning."""
+        out: list[str] = []
         if test.failed:
-            out.append(f"it {test.outcome} in the last run")
+            out.append(f"it {'errored' if test.outcome == 'error' else 'failed'} in the last run")
         own = test_function(test.test_id)
         if own in self.changed_blocks:
             out.append(f"the test's own code changed ({own[0]}::{own[1]})")
@@ -187,92 +203,109 @@ class _Rules:
             why = self._item_code_changed(test.code)
             if why:
                 out.append(why)
-        hits, name_hits, unresolved, keys, conditions = [], [], [], [], set()
+        return out
+
+    def _executed_changes(self, test: TestRecord) -> _Executed:
+        """Changed blocks the test executed, and blocks it executed that read a changed
+        name: the only reasons a pruning replay can clear, so the blocks are kept too."""
+        found = _Executed()
+        hits, name_hits = [], []
         for path, qualnames in test.blocks.items():
-            if path in changes.unresolved:
-                unresolved.append(path)
             if path not in self.block_paths:
                 continue  # nothing changed in this file's blocks, nothing reads a change here
             for qualname in qualnames:
                 key = (path, qualname)
                 if key in self.changed_blocks:
                     hits.append(f"{path}::{qualname} ({self.changed_blocks[key]})")
-                    keys.append(key)
+                    found.keys.append(key)
                 elif key in self.name_hits:
                     names = self.name_hits[key]
                     if names <= self.harmless_classes.keys():
-                        conditions.update(self.harmless_classes[n] for n in names)
+                        found.conditions.update(self.harmless_classes[n] for n in names)
                     else:
-                        keys.append(key)
-                    names = ", ".join(sorted(self.name_hits[key]))
-                    name_hits.append(f"{path}::{qualname} reads {names}")
-        units += len(hits) + len(name_hits)
-        others = len(out)
+                        found.keys.append(key)
+                    read = ", ".join(sorted(self.name_hits[key]))
+                    name_hits.append(f"{path}::{qualname} reads {read}")
+        found.units = len(hits) + len(name_hits)
         if hits:
-            out.append(_examples("executed changed code", hits))
+            found.reasons.append(_examples("executed changed code", hits))
         if name_hits:
-            out.append(_examples("executed code that reads a changed module or class value",
-                                 name_hits))
-        blocks_only = len(out) - others
+            found.reasons.append(_examples(
+                "executed code that reads a changed module or class value", name_hits))
+        return found
+
+    def _module_level_changes(self, test: TestRecord, tfile: str) -> _Weighted:
+        """Modules that changed at module level (unresolved to names) or no longer parse,
+        which the test executed or its file imports."""
+        changes, out = self.inp.changes, []
         for path in sorted(changes.unresolved):
             why = changes.unresolved[path]
-            if path in unresolved:
-                out.append(f"executed code in {path}, which changed at module level ({why})")
-                units += 1
+            if path in test.blocks:
+                out.append((f"executed code in {path}, which changed at module level ({why})", 1))
             elif tfile in self.reached.get(path, ()):
-                out.append(f"{tfile} imports {path}, which changed at module level ({why})")
-                units += 1
+                out.append((f"{tfile} imports {path}, which changed at module level ({why})", 1))
         for path, error in sorted(changes.unparseable.items()):
             if path in test.blocks or tfile in self.reached.get(path, ()) or path == tfile:
-                out.append(f"{path} {error}, and this test depends on it")
-                units += 1
+                out.append((f"{path} {error}, and this test depends on it", 1))
+        return out
+
+    def _import_time_changes(self, test: TestRecord, tfile: str) -> _Weighted:
+        """Changed code that runs when the test's file is imported: functions called at
+        import time, and conftest.py files above it."""
+        out = []
         for path, qualname, origins in self.import_time_changes:
             if qualname in test.blocks.get(path, ()):
                 continue  # already a reason: it executed the block itself
             if tfile in origins or tfile in self.reached.get(path, ()):
-                out.append(f"{path}::{qualname} runs at import time for {tfile} and changed")
-                units += 1
+                out.append((f"{path}::{qualname} runs at import time for {tfile} and changed", 1))
         for directory in self.conftest_dirs:
             if tfile.startswith(directory + "/"):
-                out.append(f"{directory}/conftest.py changed at module level")
-                units += 1
+                out.append((f"{directory}/conftest.py changed at module level", 1))
+        return out
+
+    def _changed_inputs(self, test: TestRecord) -> _Weighted:
+        """Data the test read: files whose contents changed, directories it listed where
+        files were added or removed."""
+        out = []
         changed_files = []
         for path, sha in test.files.items():
-            now = _file_sha(inp, path)
+            now = _file_sha(self.inp, path)
             if now != sha:
                 changed_files.append(f"{path} ({'removed' if now is None else 'changed'})")
         if changed_files:
-            units += len(changed_files)
-            out.append(_examples("read a changed file", changed_files))
+            out.append((_examples("read a changed file", changed_files), len(changed_files)))
         for directory in test.dirs:
             entries = self.added_or_removed.get(directory)
             if entries:
-                out.append(f"listed {directory or '.'}/, where files were added or removed "
-                           f"({', '.join(entries[:MAX_EXAMPLES])})")
-                units += 1
+                out.append((f"listed {directory or '.'}/, where files were added or removed "
+                            f"({', '.join(entries[:MAX_EXAMPLES])})", 1))
+        return out
+
+    def _unseen_dependencies(self, test: TestRecord) -> _Weighted:
+        """What line coverage does not show: child processes, Triton kernels launched, and
+        values read by string."""
+        out = []
         if test.spawns and self.code_or_data_changed:
-            out.append(f"it starts child processes FastCI does not trace ({test.spawns[0]}"
-                       f"{' and more' if len(test.spawns) > 1 else ''}), and code or data "
-                       "changed")
-            units += 1
-        kernels = [k for k, h in test.kernels.items() if inp.head_kernels.get(k, "missing") != h]
+            out.append((f"it starts child processes FastCI does not trace ({test.spawns[0]}"
+                        f"{' and more' if len(test.spawns) > 1 else ''}), and code or data "
+                        "changed", 1))
+        kernels = [k for k, h in test.kernels.items()
+                   if self.inp.head_kernels.get(k, "missing") != h]
         if kernels:
-            units += len(kernels)
-            out.append(_examples("launched a Triton kernel whose source, a jit function it "
-                                 "calls, or a module-level value they read changed", kernels))
+            out.append((_examples("launched a Triton kernel whose source, a jit function it "
+                                  "calls, or a module-level value they read changed", kernels),
+                        len(kernels)))
         by_string = self._read_by_string(test)
         if by_string:
-            units += len(by_string)
-            out.append(_examples("read by string a changed module or class value",
-                                 by_string))
-        if out and len(out) == blocks_only and not others:
-            return out, units, tuple(sorted(keys)), tuple(sorted(conditions))
-        return out, units, (), ()
+            out.append((_examples("read by string a changed module or class value",
+                                  by_string), len(by_string)))
+        return out
 
     def _namespace_readers(self) -> dict[tuple[str, str], str]:
         """Blocks that call globals() or vars() in a module whose values changed: they read
         names by string from their own module, which no static read shows."""
-        changes, out = self.inp.changes, {}
+        changes = self.inp.changes
+        out: dict[tuple[str, str], str] = {}
         for path in set(changes.names_by_path) | set(changes.unresolved):
             if path not in self.inp.head_inventories:
                 continue
@@ -288,9 +321,9 @@ class _Rules:
         __dict__ that changed; a whole namespace read sees any changed value in it."""
         changes = self.inp.changes
         out = []
-        for (path, qualname), changed in self.namespace_readers.items():
+        for (path, qualname), values in self.namespace_readers.items():
             if qualname in test.blocks.get(path, ()):
-                out.append(f"{path}::{qualname} through globals() or vars() ({changed})")
+                out.append(f"{path}::{qualname} through globals() or vars() ({values})")
         for path, names in test.dynamic.items():
             changed = changes.names_by_path.get(path, frozenset())
             broad = changes.unresolved.get(path) or (
@@ -306,7 +339,7 @@ class _Rules:
                 out.append(f"{path}::{', '.join(names[:MAX_EXAMPLES])} ({broad})")
         return out
 
-    def _item_code_changed(self, code) -> str | None:
+    def _item_code_changed(self, code: Mapping[str, str]) -> str | None:
         """Why an item whose code is not a Python function must run, or None: a doctest is
         its docstring, any other kind (a doctest text file, a plugin's YAML item) its file."""
         path, kind = code.get("path", ""), code.get("kind", "item")
@@ -341,6 +374,17 @@ class _Rules:
         return f"nothing it executed or read changed ({detail})"
 
 
+@dataclass
+class _Executed:
+    """The changed code a test executed: its reasons, their share of the change, and the
+    blocks and class conditions a pruning replay would have to clear."""
+
+    reasons: list[str] = field(default_factory=list)
+    units: int = 0
+    keys: list[_BlockKey] = field(default_factory=list)
+    conditions: set[_Condition] = field(default_factory=set)
+
+
 def _examples(label: str, items: list[str]) -> str:
     shown = ", ".join(items[:MAX_EXAMPLES])
     more = f" and {len(items) - MAX_EXAMPLES} more" if len(items) > MAX_EXAMPLES else ""
@@ -358,8 +402,8 @@ def select(inp: SelectionInput) -> Selection:
     if snap is None:
         all_reasons = [inp.no_evidence_reason or "no evidence to select from"]
     else:
-        all_reasons = _select_all_reasons(inp)
-        rules = None if all_reasons else _Rules(inp)
+        all_reasons = _select_all_reasons(inp, snap)
+        rules = None if all_reasons else _Rules(inp, snap)
         gone = 0
         for test_id, test in snap.tests.items():
             path = test_file(test_id)

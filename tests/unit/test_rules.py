@@ -285,14 +285,14 @@ def test_a_test_whose_own_code_changed_is_selected():
         "the test's own code changed (tests/test_norms.py::test_l1)")
 
 
-@pytest.mark.parametrize("outcome", ["failed", "error"])
-def test_a_test_that_failed_last_time_is_selected_even_with_no_change(outcome):
+@pytest.mark.parametrize(("outcome", "verb"), [("failed", "failed"), ("error", "errored")])
+def test_a_test_that_failed_last_time_is_selected_even_with_no_change(outcome, verb):
     tests = evidence()
     rid = "tests/test_norms.py::test_l1"
     tests[rid] = replace(tests[rid], outcome=outcome)
     selection = select_after(OLD, tests)
     assert selected(selection) == {rid}
-    assert reasons(selection, rid) == (f"it {outcome} in the last run",)
+    assert reasons(selection, rid) == (f"it {verb} in the last run",)
 
 
 def test_a_test_that_passed_or_skipped_last_time_is_not_selected_for_it():
