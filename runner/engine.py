@@ -14,25 +14,27 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, AbstractSet, Mapping, cast
 
 from fastci.runner import config
-
-from fastci.runner.analysis import discover
-
-from fastci.runner.analysis import inventory
-from fastci.runner.execution.flaky import confirm, failed_ids
-from fastci.runner.execution.flaky import results as test_results
-from fastci.runner.execution.carry import store_run
+from fastci.runner.analysis import discover, inventory
 from fastci.runner.analysis.changes import analyse, diff_trees
 from fastci.runner.analysis.environment import current, is_manifest, lock_hash
-from fastci.runner.evidence import Snapshot
 from fastci.runner.errors import RunError
+from fastci.runner.evidence import Snapshot
+from fastci.runner.execution.carry import store_run
+from fastci.runner.execution.flaky import confirm, failed_ids
+from fastci.runner.execution.flaky import results as test_results
 from fastci.runner.git import END, WORKTREE, GitError, Repo
-from fastci.runner.selection.plan import make_plan
 from fastci.runner.record.recorder import Recording, blob_sha, recording_from_json
+from fastci.runner.selection.plan import make_plan
 from fastci.runner.selection.report import RunReport, Selection
 from fastci.runner.selection.rules import History, SelectionInput, select
 from fastci.runner.store import EvidenceStore, open_store, resolve_store
+
+if TYPE_CHECKING:
+    from fastci.runner.analysis.blocks import FileBlocks
+    from fastci.runner.prune.decide import PruneOutcome
 
 DEFAULT_BRANCHES = ("origin/HEAD", "origin/main", "origin/master", "main", "master")
 
@@ -46,7 +48,7 @@ class Planned:
     inputs: SelectionInput
     renames: dict[str, str]
     seconds: float
-    pruning: object = None  # prune.PruneOutcome when pruning ran
+    pruning: PruneOutcome | None = None  # when pruning ran
 
 
 class Engine:
@@ -57,7 +59,7 @@ class Engine:
         self.settings = settings or config.load(self.repo.root)
         # --store as given; else [tool.fastci] store (or FASTCI_STORE), the repository's.
         self.store_path = resolve_store(store_path, self.settings.store, self.repo.root)
-        self.progress = progress or (lambda message: None)
+        self.progress = progress or (lambda _message: None)
 
     def open_store(self, create: bool = True) -> EvidenceStore:
         return open_store(self.store_path, create=create)
@@ -129,7 +131,8 @@ class Engine:
                 python_changed = any(p.endswith(".py") for p in changed)
                 head_kernels = (inventory.kernel_hashes(head_inv, kernels)
                                 if kernels and python_changed else
-                                {k: h for t in snapshot.tests.values() for k, h in t.kernels.items()})
+                                {k: h for t in snapshot.tests.values()
+                                 for k, h in t.kernels.items()})
                 untracked = self._untracked(snapshot, head, head_tree)
             else:
                 changes = analyse((), {}, {}, {})
@@ -139,7 +142,9 @@ class Engine:
             inputs = SelectionInput(
                 head=head, head_tree=head_tree, environment=env, snapshot=snapshot,
                 changes=changes, head_inventories=head_inv,
-                import_graph=graph,
+                # _LazyGraph matches ImportGraph where selection uses it (`reached_from`
+                # only) and defers building it; the cast says so to the type checker.
+                import_graph=cast(inventory.ImportGraph, graph),
                 static_tests=discover.test_functions(head_inv), head_kernels=head_kernels,
                 untracked_shas=untracked, settings=self.settings, history=history,
                 no_evidence_reason=why)
@@ -162,6 +167,7 @@ class Engine:
         old_inv = self._old_inventories(store, snapshot, paths)
         outcome = prune.prune(self.repo, store, selection, snapshot, head, head_tree, old_inv,
                               mode=self.settings.prune, progress=self.progress)
+        note: str | None
         if outcome.pruned:
             saved = sum(e["test_seconds"] for e in outcome.pruned.values())
             note = (f"pruned {len(outcome.pruned)} of {len(outcome.pruned) + len(outcome.kept)} "
@@ -254,7 +260,8 @@ class Engine:
                 self._run_phase(phase, order, known, pytest_args, stream)
             if (not phases or phases[-1].name == "blocking") and on_verdict is not None:
                 on_verdict(_report(selection, phases, started))
-            recordings = [p.recording for p in phases]
+            # every phase ran (or raised): each has its recording
+            recordings = [p.recording for p in phases if p.recording is not None]
             collected = list(dict.fromkeys(c for p in phases for c in p.collected))
             self.store_results(store, planned, recordings, collected,
                                flaky={t for p in phases for t in p.flaky})
@@ -265,8 +272,8 @@ class Engine:
                 report.extra["audit"] = entry
         return report
 
-    def store_results(self, store: EvidenceStore, planned: Planned, recordings: list,
-                      collected: list[str], flaky: set[str] = frozenset()) -> None:
+    def store_results(self, store: EvidenceStore, planned: Planned, recordings: list[Recording],
+                      collected: list[str], flaky: AbstractSet[str] = frozenset()) -> None:
         """Store the head's evidence after running (some of) a plan's selection: fresh for
         the tests that ran, carried forward for the rest (pruned ones with their replays)."""
         if recordings:
@@ -276,9 +283,10 @@ class Engine:
             collected = []
         snapshot = planned.snapshot
         if snapshot is not None:
-            snapshot = store.load_snapshot(snapshot.commit, snapshot.env_key, with_lines=True)
+            base = store.load_snapshot(snapshot.commit, snapshot.env_key, with_lines=True)
+            assert base is not None, f"the evidence of {snapshot.commit[:12]} left the store"
             extra = planned.pruning.head_lines if planned.pruning else {}
-            store_run(store, self.repo, snapshot, recording, collected, planned.renames,
+            store_run(store, self.repo, base, recording, collected, planned.renames,
                       planned.inputs.changes.paths, flaky=flaky, replayed_lines=extra,
                       head_inventories=planned.inputs.head_inventories)
         else:
@@ -288,8 +296,9 @@ class Engine:
     def _nothing_ran(self, planned: Planned) -> Recording:
         snap = planned.snapshot
         now = time.time()
-        return Recording(tree=dict(planned.inputs.head_tree), environment=planned.inputs.environment,
-                         tests={}, import_time=dict(snap.import_time) if snap else {},
+        return Recording(tree=dict(planned.inputs.head_tree),
+                         environment=planned.inputs.environment, tests={},
+                         import_time=_import_time(snap) if snap else {},
                          session_files=dict(snap.session_files) if snap else {},
                          started_at=now, finished_at=now)
 
@@ -350,13 +359,20 @@ class _Phase:
     dimensions: list[str]
     exclude: bool
     code: int = 0
-    recording: object = None
-    failures: dict = field(default_factory=dict)
-    collected: list = field(default_factory=list)
-    flaky: dict = field(default_factory=dict)  # test id -> its first failure
+    recording: Recording | None = None  # once the session ran
+    failures: dict[str, dict] = field(default_factory=dict)
+    collected: list[str] = field(default_factory=list)
+    flaky: dict[str, dict | None] = field(default_factory=dict)  # test id -> its first failure
 
 
-def _merge(recordings: list) -> "Recording":
+def _import_time(snap: Snapshot) -> dict[str, dict[str, list[str]]]:
+    """A snapshot's import-time origins in a recording's shape (lists where a snapshot types
+    tuples; the store hands back lists either way, and both serialise alike)."""
+    return {path: {qualname: list(origins) for qualname, origins in names.items()}
+            for path, names in snap.import_time.items()}
+
+
+def _merge(recordings: list[Recording]) -> Recording:
     """One recording from the sessions of a run (same tree, same environment)."""
     first = recordings[0]
     tests, order = {}, []
@@ -378,7 +394,9 @@ def _report(selection: Selection, phases: list[_Phase], started: float) -> RunRe
         results += test_results(rec, phase.failures, phase.flaky,
                                 blocking=phase.name == "blocking")
         if rec.first_failure_at is not None and first is None:
-            first = rec.first_failure_at - phases[0].recording.started_at
+            opening = phases[0].recording
+            assert opening is not None  # phases run in order: a later one ran after the first
+            first = rec.first_failure_at - opening.started_at
     if not phases:
         return RunReport(selection=selection, wall_seconds=time.time() - started,
                          extra={"pytest_exit_codes": {}})
@@ -411,8 +429,10 @@ def audit_entry(report: RunReport, commit: str | None, kind: str) -> dict:
 class _LazyGraph:
     """The import graph, built only if a rule asks who imports a file."""
 
-    def __init__(self, head_inv, removed) -> None:
-        self._head_inv, self._removed, self._graph = head_inv, removed, None
+    def __init__(self, head_inv: inventory.Inventories, removed: Mapping[str, FileBlocks]
+                 ) -> None:
+        self._head_inv, self._removed = head_inv, removed
+        self._graph: inventory.ImportGraph | None = None
 
     def reached_from(self, path: str) -> set[str]:
         if self._graph is None:

@@ -23,7 +23,7 @@ import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from fastci.runner.analysis.blocks import FileBlocks
@@ -37,12 +37,22 @@ from fastci.runner.store.base import (
 )
 from fastci.runner.store.codec import inventory_from_json, inventory_to_json, snapshot_parts
 
+if TYPE_CHECKING:
+    from redis.typing import EncodableT, FieldT
+
 HISTORY_LIMIT = 200  # outcomes kept per test
 REBUILD_WAIT = 60.0  # seconds a process waits for another to move an older version aside
 
 
 def is_redis_url(location: object) -> bool:
     return str(location).startswith(("redis://", "rediss://", "unix://"))
+
+
+def _bytes(value: object) -> bytes:
+    """A reply as the bytes it is: redis-py types replies loosely (`bytes | str | Any`), but
+    the store's client keeps decode_responses off, so every value comes back as bytes."""
+    assert isinstance(value, bytes), f"a Redis reply of type {type(value).__name__}"
+    return value
 
 
 class RedisEvidenceStore:
@@ -66,7 +76,7 @@ class RedisEvidenceStore:
         raw = self._r.get(self._k("schema_version"))
         if raw is None:
             return None
-        text = raw.decode(errors="replace")
+        text = _bytes(raw).decode(errors="replace")
         return text if text.isdigit() else "unknown"
 
     def _check_version(self, create: bool) -> None:
@@ -167,11 +177,12 @@ class RedisEvidenceStore:
                 self._r.set(self._k("cap", digest), Path(path).read_bytes())
 
     def load_capture(self, digest: str) -> bytes | None:
-        return self._r.get(self._k("cap", digest))
+        data = self._r.get(self._k("cap", digest))
+        return _bytes(data) if data is not None else None
 
     def replay_result(self, key: str) -> dict | None:
         data = self._r.get(self._k("replay", key))
-        return unpack(data) if data is not None else None
+        return unpack(_bytes(data)) if data is not None else None
 
     def save_replay_results(self, results: dict[str, dict]) -> None:
         pipe = self._r.pipeline(transaction=False)
@@ -184,53 +195,57 @@ class RedisEvidenceStore:
         parts = snapshot_parts(snap)
         tree_digest, tree_data = parts.tree_digest, parts.tree_data
         evidence, lines = parts.evidence, parts.lines
-        rows = {test.test_id: json.dumps([test.outcome, test.duration, digest, lines_digest,
-                                          list(test.markers), test.dimension,
-                                          test.peak_memory, test.cuda, test.carried_from])
-                for test, digest, lines_digest in parts.tests}
+        rows: dict[FieldT, EncodableT] = {
+            test.test_id: json.dumps([test.outcome, test.duration, digest, lines_digest,
+                                      list(test.markers), test.dimension,
+                                      test.peak_memory, test.cuda, test.carried_from])
+            for test, digest, lines_digest in parts.tests}
         self._put("tree", {tree_digest: tree_data})
         self._put("ev", evidence)
         self._put("lines", lines)
         env = snap.environment
         key = self._k("snap", snap.commit, env.digest)
-        meta = {"env_json": env.to_json(), "tree": tree_digest,
-                "import_time": json.dumps(snap.import_time, sort_keys=True),
-                "session_files": json.dumps(snap.session_files, sort_keys=True),
-                "created_at": repr(snap.created_at or time.time()), "source": snap.source}
+        created_at = repr(snap.created_at or time.time())
+        meta: dict[FieldT, EncodableT] = {
+            "env_json": env.to_json(), "tree": tree_digest,
+            "import_time": json.dumps(snap.import_time, sort_keys=True),
+            "session_files": json.dumps(snap.session_files, sort_keys=True),
+            "created_at": created_at, "source": snap.source}
         pipe = self._r.pipeline(transaction=True)
         pipe.delete(key, key + ":tests")
         pipe.hset(key, mapping=meta)
         if rows:
             pipe.hset(key + ":tests", mapping=rows)
-        pipe.zadd(self._k("commits", snap.commit), {env.digest: float(meta["created_at"])})
+        pipe.zadd(self._k("commits", snap.commit), {env.digest: float(created_at)})
         pipe.sadd(self._k("envs", env.digest), snap.commit)
         pipe.sadd(self._k("all-commits"), snap.commit)
         pipe.execute()
 
     def snapshot_envs(self, commit: str) -> list[tuple[str, Environment]]:
         out = []
-        for env in self._r.zrevrange(self._k("commits", commit), 0, -1):
-            env = env.decode()
+        for member in self._r.zrevrange(self._k("commits", commit), 0, -1):
+            env = _bytes(member).decode()
             text = self._r.hget(self._k("snap", commit, env), "env_json")
             if text is not None:
-                out.append((env, Environment.from_json(text.decode())))
+                out.append((env, Environment.from_json(_bytes(text).decode())))
         return out
 
     def commits_with_evidence(self, env_digest: str | None = None) -> set[str]:
         key = self._k("all-commits") if env_digest is None else self._k("envs", env_digest)
-        return {c.decode() for c in self._r.smembers(key)}
+        return {_bytes(c).decode() for c in self._r.smembers(key)}
 
     def load_snapshot(self, commit: str, env_digest: str, *, with_lines: bool = False
                       ) -> Snapshot | None:
         key = self._k("snap", commit, env_digest)
-        meta = {k.decode(): v.decode() for k, v in self._r.hgetall(key).items()}
+        meta = {_bytes(k).decode(): _bytes(v).decode() for k, v in self._r.hgetall(key).items()}
         if not meta:
             return None
         tree = self._get_many("tree", [meta["tree"]]).get(meta["tree"])
         if tree is None:
             raise StoreError(f"the evidence of {commit[:12]} in {self.url} lost its tree; "
                              "record again")
-        rows = {t.decode(): json.loads(v) for t, v in self._r.hgetall(key + ":tests").items()}
+        rows = {_bytes(t).decode(): json.loads(_bytes(v))
+                for t, v in self._r.hgetall(key + ":tests").items()}
         payloads = self._get_many("ev", {r[2] for r in rows.values()})
         line_blobs = self._get_many("lines", {r[3] for r in rows.values() if r[3]}) \
             if with_lines else {}
@@ -259,10 +274,12 @@ class RedisEvidenceStore:
         self._r.zadd(self._k("audit"), {json.dumps(entry, sort_keys=True): at})
 
     def audits(self, since: float = 0.0) -> list[dict]:
-        return [json.loads(e) for e in self._r.zrangebyscore(self._k("audit"), since, "+inf")]
+        return [json.loads(_bytes(e))
+                for e in self._r.zrangebyscore(self._k("audit"), since, "+inf")]
 
     # -- history ------------------------------------------------------------------------------
-    def add_history(self, commit: str, env_digest: str, results: Iterable[TestRecord],
+    def add_history(self, commit: str, env_digest: str,  # noqa: ARG002 (the interface's; history here spans environments)
+                    results: Iterable[TestRecord],
                     changed_paths: Iterable[str] = (), flaky: Iterable[str] = ()) -> None:
         results, flaky = list(results), set(flaky)
         changed = sorted(set(changed_paths))
@@ -289,7 +306,7 @@ class RedisEvidenceStore:
                 for t, entries in zip(test_ids, pipe.execute())}
 
     def outcomes(self, limit_per_test: int = 50) -> dict[str, list[str]]:
-        tested = [t.decode() for t in self._r.smembers(self._k("tested"))]
+        tested = [_bytes(t).decode() for t in self._r.smembers(self._k("tested"))]
         out = {}
         for test_id, entries in self._history(tested).items():
             kept = [outcome for _, outcome, _, flaky in entries if not flaky][:limit_per_test]
@@ -298,14 +315,16 @@ class RedisEvidenceStore:
         return out
 
     def durations(self) -> dict[str, float]:
-        return {t.decode(): float(d) for t, d in self._r.hgetall(self._k("durations")).items()}
+        return {_bytes(t).decode(): float(d)
+                for t, d in self._r.hgetall(self._k("durations")).items()}
 
     def cofailure_rates(self, paths: Iterable[str]) -> dict[str, dict[str, float]]:
         rates: dict[str, dict[str, float]] = {}
         for path in set(paths):
             runs = int(self._r.hget(self._k("changes"), path) or 0)
             for test_id, failures in self._r.hgetall(self._k("cofail", path)).items():
-                rates.setdefault(test_id.decode(), {})[path] = int(failures) / max(runs, 1)
+                rates.setdefault(_bytes(test_id).decode(), {})[path] = \
+                    int(failures) / max(runs, 1)
         return rates
 
     def flip_history(self, test_ids: Iterable[str]) -> dict[str, list[tuple[str, str]]]:

@@ -93,7 +93,7 @@ class SqliteEvidenceStore:
     """The `EvidenceStore` in one SQLite file. Safe for two writers: WAL, a busy timeout, and
     every write in one IMMEDIATE transaction."""
 
-    def __init__(self, path: str | Path, *, create: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, create: bool = True) -> None:
         self.path = Path(path)
         if not self.path.exists():
             if not create:
