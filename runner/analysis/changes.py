@@ -110,81 +110,113 @@ def analyse(files: tuple[FileChange, ...], old_inv: Mapping[str, FileBlocks],
     head; `head_inventories` every Python file at the head, for propagating changed names
     through module-level statements that read them (`B = EPS * 2`).
     """
-    blocks: dict[tuple[str, str], str] = {}
-    unparseable: dict[str, str] = {}
-    names: set[str] = set()
-    local: dict[str, set[str]] = {}
-    unresolved: dict[str, str] = {}
-    added_methods: dict[tuple[str, str], frozenset[str]] = {}
-    by_path: dict[str, set[str]] = {}
-
+    found = _Found()
     for change in files:
+        found.add(change, old_inv, new_inv)
+    # A name computed from a changed name changed too, in any module (B = EPS * 2).
+    _propagate(found.names, found.local, found.unresolved, head_inventories, found.by_path)
+    return ChangeSet(files=files, blocks=found.blocks, unparseable=found.unparseable,
+                     names=frozenset(found.names),
+                     local_names={p: frozenset(n) for p, n in found.local.items()},
+                     unresolved=found.unresolved, added_methods=found.added_methods,
+                     names_by_path={p: frozenset(n) for p, n in found.by_path.items() if n})
+
+
+@dataclass
+class _Found:
+    """What `analyse` has found so far, filled one file change at a time: a file that went
+    away, a file that is new, or a file whose blocks are compared one by one."""
+
+    blocks: dict[tuple[str, str], str] = field(default_factory=dict)
+    unparseable: dict[str, str] = field(default_factory=dict)
+    names: set[str] = field(default_factory=set)
+    local: dict[str, set[str]] = field(default_factory=dict)
+    unresolved: dict[str, str] = field(default_factory=dict)
+    added_methods: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    by_path: dict[str, set[str]] = field(default_factory=dict)
+
+    def add(self, change: FileChange, old_inv: Mapping[str, FileBlocks],
+            new_inv: Mapping[str, FileBlocks]) -> None:
+        """One file change. Where a file is at the head it is at `change.path`."""
         new_path = change.path if change.status != "removed" else None
         old_path = change.old_path or (change.path if change.status != "added" else None)
         if not ((old_path or "").endswith(".py") or (new_path or "").endswith(".py")):
-            continue
+            return
         old_fb = old_inv.get(old_path) if old_path else None
         new_fb = new_inv.get(new_path) if new_path else None
         if new_fb is not None and new_fb.error:
-            unparseable[new_path] = new_fb.error
+            self.unparseable[change.path] = new_fb.error
             new_fb = None
         if change.status in ("removed", "renamed") or (old_fb is not None and old_fb.error):
-            # Everything that ran from the old file is gone from where it was.
-            for block in (old_fb.blocks if old_fb and not old_fb.error else ()):
-                blocks[(old_path, block.qualname)] = "removed"
-            if change.status == "renamed":
-                unresolved[old_path] = f"renamed to {new_path}"
-            elif change.status == "removed":
-                unresolved[old_path] = "removed"
+            self._old_file_gone(change, old_fb)
             if new_fb is None:
-                continue
+                return
         if change.status == "added" or change.status == "renamed" or old_fb is None:
-            for block in new_fb.blocks if new_fb else ():
-                blocks[(new_path, block.qualname)] = "added"
-            if new_fb is not None and change.status != "renamed":
-                unresolved.setdefault(new_path, "new file")
-            continue
+            if new_fb is not None:
+                self._new_file(change, new_fb)
+            return
         if new_fb is None:  # no longer parses: the selection treats it on its own rule
-            continue
+            return
+        self._compare(change.path, old_fb, new_fb)
+
+    def _old_file_gone(self, change: FileChange, old_fb: FileBlocks | None) -> None:
+        """Everything that ran from the old file is gone from where it was (a removal, a
+        rename, or an old file that did not parse)."""
+        old_path = change.old_path or change.path
+        for block in (old_fb.blocks if old_fb and not old_fb.error else ()):
+            self.blocks[(old_path, block.qualname)] = "removed"
+        if change.status == "renamed":
+            self.unresolved[old_path] = f"renamed to {change.path}"
+        elif change.status == "removed":
+            self.unresolved[old_path] = "removed"
+
+    def _new_file(self, change: FileChange, new_fb: FileBlocks) -> None:
+        """Every block of a file with nothing to compare against is new; a new file's module
+        body is a change no name resolves (a rename's was there before)."""
+        for block in new_fb.blocks:
+            self.blocks[(change.path, block.qualname)] = "added"
+        if change.status != "renamed":
+            self.unresolved.setdefault(change.path, "new file")
+
+    def _compare(self, path: str, old_fb: FileBlocks, new_fb: FileBlocks) -> None:
+        """Blocks whose fingerprints differ; a changed module or class body is taken on to
+        the names it changed."""
         old_blocks, new_blocks = old_fb.by_qualname(), new_fb.by_qualname()
         for qualname in sorted(set(old_blocks) | set(new_blocks)):
             before, after = old_blocks.get(qualname), new_blocks.get(qualname)
             if before is not None and after is not None and before.fingerprint == after.fingerprint:
                 continue
             status = "added" if before is None else "removed" if after is None else "modified"
-            blocks[(new_path, qualname)] = status
-            kind = (after or before).kind
-            if kind == "function":
-                continue
-            short = qualname.rsplit(".", 1)[-1]
-            changed_statements = _statement_changes(before, after)
-            in_module = by_path.setdefault(new_path, set())
-            if kind == "class":
-                in_module.add(qualname.split(".", 1)[0])
-            elif kind == "module":
-                in_module.update(d for s in changed_statements for d in s.defines)
-            if kind == "class" and _class_change_is_broad(before, after, changed_statements):
-                names.add(short)  # whoever names the class may see different behaviour
-                added = _only_added_methods(before, after, changed_statements)
-                if added:
-                    added_methods[(new_path, qualname)] = added
-            for statement in changed_statements:
-                if statement.kind == "other":
-                    unresolved[new_path] = (
-                        f"a {'module' if kind == 'module' else 'class ' + short} body "
-                        "statement that is not a plain definition changed")
-                elif statement.kind == "import" and kind == "module":
-                    local.setdefault(new_path, set()).update(statement.defines)
-                else:
-                    names.update(statement.defines)
+            self.blocks[(path, qualname)] = status
+            kind = after.kind if after is not None else old_blocks[qualname].kind
+            if kind != "function":
+                self._body_changed(path, qualname, kind, before, after)
 
-    # A name computed from a changed name changed too, in any module (B = EPS * 2).
-    _propagate(names, local, unresolved, head_inventories, by_path)
-    return ChangeSet(files=files, blocks=blocks, unparseable=unparseable,
-                     names=frozenset(names),
-                     local_names={p: frozenset(n) for p, n in local.items()},
-                     unresolved=unresolved, added_methods=added_methods,
-                     names_by_path={p: frozenset(n) for p, n in by_path.items() if n})
+    def _body_changed(self, path: str, qualname: str, kind: str, before: Block | None,
+                      after: Block | None) -> None:
+        """A module or class body changed: the names whose values changed, for the module
+        and for every reader, or why they cannot be told."""
+        short = qualname.rsplit(".", 1)[-1]
+        changed_statements = _statement_changes(before, after)
+        in_module = self.by_path.setdefault(path, set())
+        if kind == "class":
+            in_module.add(qualname.split(".", 1)[0])
+        elif kind == "module":
+            in_module.update(d for s in changed_statements for d in s.defines)
+        if kind == "class" and _class_change_is_broad(before, after, changed_statements):
+            self.names.add(short)  # whoever names the class may see different behaviour
+            added = _only_added_methods(before, after, changed_statements)
+            if added:
+                self.added_methods[(path, qualname)] = added
+        for statement in changed_statements:
+            if statement.kind == "other":
+                self.unresolved[path] = (
+                    f"a {'module' if kind == 'module' else 'class ' + short} body "
+                    "statement that is not a plain definition changed")
+            elif statement.kind == "import" and kind == "module":
+                self.local.setdefault(path, set()).update(statement.defines)
+            else:
+                self.names.update(statement.defines)
 
 
 def _class_change_is_broad(before: Block | None, after: Block | None, changed) -> bool:
@@ -256,11 +288,11 @@ def _propagate(names: set[str], local: dict[str, set[str]], unresolved: dict[str
 
 
 def blocks_reading(changes: ChangeSet, inventories: Mapping[str, FileBlocks]
-                   ) -> dict[tuple[str, str], set[str]]:
+                   ) -> dict[tuple[str, str], frozenset[str]]:
     """(path, qualname) of every block that reads a changed name -> the names it reads."""
     if not changes.names and not changes.local_names:
         return {}
-    out: dict[tuple[str, str], set[str]] = {}
+    out: dict[tuple[str, str], frozenset[str]] = {}
     for path, fb in inventories.items():
         visible = changes.names | changes.local_names.get(path, frozenset())
         for block in fb.blocks:
