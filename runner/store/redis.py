@@ -107,6 +107,9 @@ class RedisEvidenceStore:
                 time.sleep(0.1)
             raise StoreError(f"the evidence in {self.url} under {self.prefix!r} is being moved "
                              "aside by another FastCI (an older schema version); try again")
+        if self._version() != found:  # another process moved it between our read and the lock
+            self._r.delete(lock)
+            return
         aside = f"{self.prefix}.v{found}"
         keep = {lock.encode(), version_key.encode()}
         pattern = re.sub(r"([\\\[\]*?])", r"\\\1", self.prefix) + ":*"
