@@ -120,37 +120,42 @@ def bench(sizes_mib: list[int], csv_path: str | None) -> int:
         return do_bench(fn, warmup=25, rep=100, return_mode="median")
 
     rows = []
+
+    def measure(dtype, mib: int) -> None:
+        """One dtype and size. x and y live in this call, so they are freed when it returns,
+        before the next size allocates."""
+        nbytes = mib << 20
+        x = torch.randn(nbytes // (torch.finfo(dtype).bits // 8), device="cuda", dtype=dtype)
+        y = torch.empty_like(x)
+        copy_ms = timed(lambda: y.copy_(x))
+        copy_gbs = 2 * nbytes / copy_ms / 1e6
+        y.view(-1)[::1000] += 1          # y is now x with every 1000th element off
+        atol, rtol = cp.default_tolerances(dtype)
+        ops = [
+            ("copy", 2, None),
+            ("hash", 1, lambda: fp.fingerprint_device(x, do_stats=False)),
+            ("summaries", 1, lambda: fp.fingerprint_device(x, do_hash=False)),
+            ("fingerprint", 1, lambda: fp.fingerprint_device(x)),
+            ("compare", 2, lambda: cp.compare_device(y, x, atol, rtol)),
+            ("fingerprint-api", 1, lambda: fp.fingerprint(x)),
+            ("compare-api", 2, lambda: cp.compare(y, x)),
+        ]
+        for op, reads, fn in ops:
+            ms = copy_ms if fn is None else timed(fn)
+            gbs = reads * nbytes / ms / 1e6
+            row = {"gpu": gpu, "dtype": str(dtype).removeprefix("torch."),
+                   "size_mib": mib, "op": op, "ms": round(ms, 4), "gb_per_s": round(gbs, 1),
+                   "pct_of_copy": round(100 * gbs / copy_gbs, 1)}
+            rows.append(row)
+            print(f"{row['dtype']:9} {mib:>5}MiB {op:16} {ms:9.4f} {gbs:8.1f} "
+                  f"{row['pct_of_copy']:6.1f}%")
+
     header = f"{'dtype':9} {'size':>8} {'op':16} {'ms':>9} {'GB/s':>8} {'% copy':>7}"
     print(header)
     print("-" * len(header))
     for dtype in DTYPES:
         for mib in sizes_mib:
-            nbytes = mib << 20
-            x = torch.randn(nbytes // (torch.finfo(dtype).bits // 8), device="cuda", dtype=dtype)
-            y = torch.empty_like(x)
-            copy_ms = timed(lambda: y.copy_(x))
-            copy_gbs = 2 * nbytes / copy_ms / 1e6
-            y.view(-1)[::1000] += 1          # y is now x with every 1000th element off
-            atol, rtol = cp.default_tolerances(dtype)
-            ops = [
-                ("copy", 2, None),
-                ("hash", 1, lambda: fp.fingerprint_device(x, do_stats=False)),
-                ("summaries", 1, lambda: fp.fingerprint_device(x, do_hash=False)),
-                ("fingerprint", 1, lambda: fp.fingerprint_device(x)),
-                ("compare", 2, lambda: cp.compare_device(y, x, atol, rtol)),
-                ("fingerprint-api", 1, lambda: fp.fingerprint(x)),
-                ("compare-api", 2, lambda: cp.compare(y, x)),
-            ]
-            for op, reads, fn in ops:
-                ms = copy_ms if fn is None else timed(fn)
-                gbs = reads * nbytes / ms / 1e6
-                row = {"gpu": gpu, "dtype": str(dtype).removeprefix("torch."),
-                       "size_mib": mib, "op": op, "ms": round(ms, 4), "gb_per_s": round(gbs, 1),
-                       "pct_of_copy": round(100 * gbs / copy_gbs, 1)}
-                rows.append(row)
-                print(f"{row['dtype']:9} {mib:>5}MiB {op:16} {ms:9.4f} {gbs:8.1f} "
-                      f"{row['pct_of_copy']:6.1f}%")
-            del x, y
+            measure(dtype, mib)
             torch.cuda.empty_cache()
 
     kernel_ops = ("hash", "summaries", "fingerprint", "compare")

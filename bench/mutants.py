@@ -32,8 +32,10 @@ class Mutant:
 
 def _segment_replace(source: str, node: ast.AST, text: str) -> str:
     lines = source.splitlines(keepends=True)
-    start = sum(len(l) for l in lines[: node.lineno - 1]) + _col(lines[node.lineno - 1], node.col_offset)
-    end = sum(len(l) for l in lines[: node.end_lineno - 1]) + _col(lines[node.end_lineno - 1], node.end_col_offset)
+    start = (sum(len(line) for line in lines[: node.lineno - 1])
+             + _col(lines[node.lineno - 1], node.col_offset))
+    end = (sum(len(line) for line in lines[: node.end_lineno - 1])
+           + _col(lines[node.end_lineno - 1], node.end_col_offset))
     return source[:start] + text + source[end:]
 
 
@@ -46,59 +48,88 @@ FLIP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.
 DTYPES = {"float32": "float16", "float16": "float32", "bfloat16": "float32", "float64": "float32"}
 
 
-def _candidates(tree: ast.Module):
-    """(operator, node, mutated replacement node or source text)."""
+def _parents(tree: ast.Module) -> dict[ast.AST, ast.AST]:
     parent = {}
     for node in ast.walk(tree):
         for child in ast.iter_child_nodes(node):
             parent[child] = node
+    return parent
+
+
+def _is_docstring(stmt: ast.stmt) -> bool:
+    return (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+            and isinstance(stmt.value.value, str))
+
+
+def _docstring_nodes(tree: ast.Module) -> set[ast.AST]:
+    """The docstrings' string constants: the constant operator leaves them alone."""
     docstring_nodes = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
-            if node.body and isinstance(node.body[0], ast.Expr) and \
-                    isinstance(node.body[0].value, ast.Constant) and isinstance(node.body[0].value.value, str):
+            if node.body and _is_docstring(node.body[0]):
                 docstring_nodes.add(node.body[0].value)
+    return docstring_nodes
+
+
+def _candidates(tree: ast.Module):
+    """(operator, node, mutated replacement node or source text)."""
+    parent = _parents(tree)
+    docstring_nodes = _docstring_nodes(tree)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in FLIP:
-            new = copy.deepcopy(node)
-            new.ops = [FLIP[type(node.ops[0])]()]
-            yield "comparison flip", node, new
-        elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
-            new = copy.deepcopy(node)
-            new.op = ast.Sub() if isinstance(node.op, ast.Add) else ast.Add()
-            yield "+ for -", node, new
-        elif isinstance(node, ast.Slice) and node.upper is not None and hasattr(node, "lineno"):
-            new = copy.deepcopy(node)
-            new.upper = ast.BinOp(left=new.upper, op=ast.Sub(), right=ast.Constant(1))
-            yield "off-by-one slice", node, new
-        elif isinstance(node, ast.Call) and len(node.args) == 2 and not node.keywords \
-                and not any(isinstance(a, ast.Starred) for a in node.args):
-            new = copy.deepcopy(node)
-            new.args = [new.args[1], new.args[0]]
-            if ast.dump(new.args[0]) != ast.dump(new.args[1]):
-                yield "swapped arguments", node, new
-        elif isinstance(node, ast.Constant) and type(node.value) in (int, float) \
-                and not isinstance(node.value, bool) and node not in docstring_nodes:
-            if isinstance(node.value, float):
-                value = node.value * 10 if node.value != 0 else 1e-3
-            else:
-                value = node.value + 1
-            kind = "changed default" if isinstance(parent.get(node), ast.arguments) else "changed constant"
-            yield kind, node, ast.Constant(value)
-        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
-            yield "dropped call", node, ast.Pass()
-        elif isinstance(node, ast.Attribute) and node.attr in DTYPES and \
-                isinstance(node.value, ast.Name) and node.value.id == "torch":
-            new = copy.deepcopy(node)
-            new.attr = DTYPES[node.attr]
-            yield "changed dtype", node, new
-        elif isinstance(node, ast.If):
-            new = ast.UnaryOp(op=ast.Not(), operand=copy.deepcopy(node.test))
-            yield "negated condition", node.test, new
+        yield from _node_candidates(node, parent, docstring_nodes)
+
+
+def _swapped_arguments(node: ast.Call):
+    new = copy.deepcopy(node)
+    new.args = [new.args[1], new.args[0]]
+    if ast.dump(new.args[0]) != ast.dump(new.args[1]):
+        yield "swapped arguments", node, new
+
+
+def _changed_constant(node: ast.Constant, parent: dict[ast.AST, ast.AST]):
+    if isinstance(node.value, float):
+        value = node.value * 10 if node.value != 0 else 1e-3
+    else:
+        value = node.value + 1
+    kind = "changed default" if isinstance(parent.get(node), ast.arguments) else "changed constant"
+    yield kind, node, ast.Constant(value)
+
+
+def _node_candidates(node: ast.AST, parent: dict[ast.AST, ast.AST], docstring_nodes: set[ast.AST]):
+    """The mutations of one node: at most one operator applies to a node."""
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in FLIP:
+        new = copy.deepcopy(node)
+        new.ops = [FLIP[type(node.ops[0])]()]
+        yield "comparison flip", node, new
+    elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+        new = copy.deepcopy(node)
+        new.op = ast.Sub() if isinstance(node.op, ast.Add) else ast.Add()
+        yield "+ for -", node, new
+    elif isinstance(node, ast.Slice) and node.upper is not None and hasattr(node, "lineno"):
+        new = copy.deepcopy(node)
+        new.upper = ast.BinOp(left=new.upper, op=ast.Sub(), right=ast.Constant(1))
+        yield "off-by-one slice", node, new
+    elif isinstance(node, ast.Call) and len(node.args) == 2 and not node.keywords \
+            and not any(isinstance(a, ast.Starred) for a in node.args):
+        yield from _swapped_arguments(node)
+    elif isinstance(node, ast.Constant) and type(node.value) in (int, float) \
+            and not isinstance(node.value, bool) and node not in docstring_nodes:
+        yield from _changed_constant(node, parent)
+    elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+        yield "dropped call", node, ast.Pass()
+    elif isinstance(node, ast.Attribute) and node.attr in DTYPES and \
+            isinstance(node.value, ast.Name) and node.value.id == "torch":
+        new = copy.deepcopy(node)
+        new.attr = DTYPES[node.attr]
+        yield "changed dtype", node, new
+    elif isinstance(node, ast.If):
+        new = ast.UnaryOp(op=ast.Not(), operand=copy.deepcopy(node.test))
+        yield "negated condition", node.test, new
 
 
 def _benign(source: str, tree: ast.Module, rng: random.Random):
-    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    functions = [n for n in ast.walk(tree)
+                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     if not functions:
         return []
     out = []
@@ -106,11 +137,12 @@ def _benign(source: str, tree: ast.Module, rng: random.Random):
     lines = source.splitlines(keepends=True)
     body_line = f.body[0].lineno - 1
     indent = lines[body_line][: len(lines[body_line]) - len(lines[body_line].lstrip())]
+    comment = f"{indent}# reviewed: keep this behaviour\n"
     out.append(("benign: comment", f.body[0].lineno,
-                "".join(lines[:body_line] + [f"{indent}# reviewed: keep this behaviour\n"] + lines[body_line:])))
+                "".join(lines[:body_line] + [comment] + lines[body_line:])))
     g = rng.choice(functions)
     doc = g.body[0]
-    if isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str):
+    if _is_docstring(doc):
         new_doc = repr(doc.value.value + " (Documented.)")
         out.append(("benign: docstring", doc.lineno, _segment_replace(source, doc.value, new_doc)))
     return out

@@ -256,7 +256,8 @@ def report(rows: list[dict], out: Path) -> None:
         "safety_mutants": len(safe) / len(killed) if killed else 1.0,
         "safety_tests": caught / failing if failing else 1.0,
         "mean_reduction_all": statistics.mean(r["reduction"] for r in rows),
-        "mean_reduction_killed": statistics.mean(r["reduction"] for r in killed) if killed else None,
+        "mean_reduction_killed": (statistics.mean(r["reduction"] for r in killed)
+                                  if killed else None),
         "mean_reduction_survived": statistics.mean(r["reduction"] for r in rows if not r["killed"])
         if len(killed) < len(rows) else None,
         "mean_apfdc": statistics.mean(apf) if apf else None,

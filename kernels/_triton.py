@@ -24,7 +24,7 @@ except ImportError:  # pragma: no cover - exercised where Triton is absent
         def __getattr__(self, name: str) -> "_Placeholder":
             return _Placeholder(f"{self._name}.{name}")
 
-        def __call__(self, *args, **kwargs) -> "_Placeholder":
+        def __call__(self, *_args, **_kwargs) -> "_Placeholder":
             return self  # tl.constexpr(C) at module level
 
         def __repr__(self) -> str:

@@ -91,7 +91,9 @@ KERNEL_PROJECT = {
         def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
             offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
             mask = offs < n
-            tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+            x = tl.load(x_ptr + offs, mask=mask)
+            y = tl.load(y_ptr + offs, mask=mask)
+            tl.store(out_ptr + offs, x + y, mask=mask)
 
 
         def scale(x, factor):
@@ -150,7 +152,8 @@ def test_triton_kernel_changes_select_exactly_the_tests_that_launched_them(proje
     result = project.select()
     chosen = {t["id"]: t for t in result["tests"] if t["decision"] == "selected"}
     assert set(chosen) == {"tests/test_kernels.py::test_scale"}
-    assert any("kernel" in r or "_scale" in r for r in chosen["tests/test_kernels.py::test_scale"]["reasons"])
+    reasons = chosen["tests/test_kernels.py::test_scale"]["reasons"]
+    assert any("kernel" in r or "_scale" in r for r in reasons)
 
 
 FILES_PROJECT = {
@@ -221,7 +224,8 @@ SPAWN_PROJECT = {
 
 
         def test_child_computes():
-            out = subprocess.run([sys.executable, "-c", "from sp.work import compute; print(compute())"],
+            code = "from sp.work import compute; print(compute())"
+            out = subprocess.run([sys.executable, "-c", code],
                                  capture_output=True, text=True, check=True)
             assert out.stdout.strip() == "42"
 
@@ -246,7 +250,8 @@ def test_tests_that_start_python_children_are_selected_when_code_changes(project
     result = project.select()
     chosen = {t["id"]: t for t in result["tests"] if t["decision"] == "selected"}
     assert set(chosen) == {"tests/test_spawn.py::test_child_computes"}
-    assert any("child processes" in r for r in chosen["tests/test_spawn.py::test_child_computes"]["reasons"])
+    reasons = chosen["tests/test_spawn.py::test_child_computes"]["reasons"]
+    assert any("child processes" in r for r in reasons)
     project.git("checkout", "sp/work.py")
     project.edit("sp/work.py", "def other():", "def other():  # a comment only")
     assert project.selected() == set()

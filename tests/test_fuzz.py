@@ -50,19 +50,22 @@ def _check(response) -> None:
     assert response.is_json and isinstance(response.get_json().get("message"), str)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(event=st.sampled_from(EVENTS), payload=json_values)
 def test_any_signed_json_gets_a_clear_answer(client, event, payload):
     _check(_post(client, event, json.dumps(payload).encode()))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(event=st.sampled_from(EVENTS), body=st.binary(max_size=2048))
 def test_any_signed_bytes_get_a_clear_answer(client, event, body):
     _check(_post(client, event, body))
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(signature=st.text(max_size=80), delivery=st.text(
     alphabet=string.printable, max_size=70), content_type=st.sampled_from(
     ["application/json", "text/plain", "application/x-www-form-urlencoded", "", "json"]))
@@ -78,7 +81,8 @@ def test_bad_headers_are_refused_and_enqueue_nothing(client, signature, delivery
         assert response.status_code == 401
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_real_payloads_with_fields_removed_or_retyped(client, data):
     event_dir = data.draw(st.sampled_from(["pull_request", "push", "issue_comment",
@@ -106,7 +110,8 @@ def test_huge_bodies_are_refused_before_they_are_read(client):
     assert response.status_code == 413 and "limit" in response.get_json()["message"]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(args=st.lists(st.sampled_from(
     ["select", "run", "explain", "record", "--base", "HEAD~99", "no-such-rev", "--head",
      "--format", "xml", "--store", "/proc/nope/e.db", "--repo", "/nonexistent", "::",

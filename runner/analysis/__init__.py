@@ -10,4 +10,6 @@ from fastci.runner.analysis.blocks import Block, FileBlocks, parse_blocks
 from fastci.runner.analysis.changes import ChangeSet, analyse, diff_trees
 from fastci.runner.analysis.environment import Environment
 
-__all__ = ["Block", "ChangeSet", "Environment", "FileBlocks", "analyse", "diff_trees", "parse_blocks"]
+__all__ = [
+    "Block", "ChangeSet", "Environment", "FileBlocks", "analyse", "diff_trees", "parse_blocks",
+]

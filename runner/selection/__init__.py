@@ -9,4 +9,6 @@ order; `report` is the contract (decisions, results) that the CLI and the App re
 from fastci.runner.selection.report import Decision, RunReport, Selection, TestResult
 from fastci.runner.selection.rules import History, SelectionInput, select
 
-__all__ = ["Decision", "History", "RunReport", "Selection", "SelectionInput", "TestResult", "select"]
+__all__ = [
+    "Decision", "History", "RunReport", "Selection", "SelectionInput", "TestResult", "select",
+]
