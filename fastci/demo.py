@@ -89,11 +89,13 @@ class Outcome:
 
 
 def example_dir() -> Path:
-    here = Path(__file__).resolve().parents[1] / "examples" / "tinyllm"
-    if not (here / "changes").is_dir():
-        raise DemoError(f"examples/tinyllm not found at {here}: `fastci demo` runs from a "
-                        "source checkout installed with `pip install -e .`")
-    return here
+    """examples/tinyllm of a source checkout, else the copy a wheel installs (fastci/examples)."""
+    package = Path(__file__).resolve().parent
+    for here in (package.parent / "examples" / "tinyllm", package / "examples" / "tinyllm"):
+        if (here / "changes").is_dir():
+            return here
+    raise DemoError(f"examples/tinyllm not found beside {package}: reinstall FastCI "
+                    "(`pip install fastci`, or `pip install -e .` in a checkout)")
 
 
 def load_changes(example: Path) -> list[Change]:

@@ -1,8 +1,8 @@
 """`fastci demo --app`: the GitHub App loop on one machine, watchable by a newcomer.
 
 gunicorn serves the webhook, a selection worker and a "GPU" worker take jobs from Redis, a
-local git repository plays the GitHub remote, and the fake GitHub (built from GitHub's
-recorded answers in ../shared) plays github.com. A push to main records evidence; a pull
+local git repository plays the GitHub remote, and the fake GitHub (fastci.testing, answering
+from the fixtures packaged with FastCI) plays github.com. A push to main records evidence; a pull
 request carrying one of tinyllm's bundled changes then gets its check runs, printed as they
 change. `AppLoop` is also what the end-to-end test drives.
 """
@@ -67,10 +67,10 @@ class AppLoop:
 
     def __init__(self, workdir: Path, change: str, redis_url: str = "redis://127.0.0.1:6379/0",
                  payloads: Path | None = None) -> None:
-        from fastci.app.fakegithub import shared_dir  # noqa: PLC0415
+        from fastci.testing import FIXTURES  # noqa: PLC0415
 
         self.workdir, self.change, self.redis_url = Path(workdir), change, redis_url
-        self.payloads = payloads or shared_dir("github-payloads")
+        self.payloads = payloads or FIXTURES / "payloads"
         self.prefix = f"fastci-demo-{uuid.uuid4().hex[:8]}"
         self.procs: list[tuple[subprocess.Popen, Path]] = []
         self.fake = None
@@ -89,7 +89,7 @@ class AppLoop:
             raise AppDemoError(f"unknown change {self.change!r}; bundled: {', '.join(changes)}")
         self.expected = list(changes[self.change].failing_tests)
         self._make_remote(changes[self.change].patch)
-        from fastci.app.fakegithub import FakeGitHub  # noqa: PLC0415
+        from fastci.testing.fakegithub import FakeGitHub  # noqa: PLC0415
 
         private, public = _key_pair()
         key_file = self.workdir / "app-key.pem"
@@ -170,15 +170,15 @@ class AppLoop:
             "Content-Type": "application/json", "X-Hub-Signature-256": sign(SECRET, data)})
 
     def push_main(self) -> requests.Response:
-        """GitHub's push payload (one that carries an installation), pointed at our main."""
-        push = self.payload("push", "with-new-branch.payload.json")
+        """A push payload (one that carries an installation), pointed at our main."""
+        push = self.payload("push", "default-branch.json")
         push["ref"], push["after"], push["deleted"] = "refs/heads/main", self.base, False
         push["repository"].update(full_name=REPO, default_branch="main", master_branch="main")
         push["installation"]["id"] = INSTALLATION
         return self.deliver("push", push)
 
     def open_pull_request(self) -> requests.Response:
-        opened = self.payload("pull_request", "opened.payload.json")
+        opened = self.payload("pull_request", "opened.json")
         opened["number"] = opened["pull_request"]["number"] = NUMBER
         opened["pull_request"]["head"].update(sha=self.head, ref="feature")
         opened["pull_request"]["base"].update(sha=self.base, ref="main")

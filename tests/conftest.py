@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+# GitHub's recordings, where they lie beside the checkout: only the fixtures' cross-check
+# (test_fixtures_contract.py) reads them; every other test uses the project's own fixtures.
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 # Triton picks interpreter or compiler when a kernel module is first imported, in whichever
@@ -271,8 +273,8 @@ def app_key_file(tmp_path: Path):
     return keys, key_file
 
 
-def shared_dir(name: str) -> Path:
-    path = SHARED / name
-    if not path.is_dir():
-        pytest.skip(f"../shared/{name} is not beside the project (contract data lives there)")
-    return path
+def payload_path(event: str, name: str) -> Path:
+    """One of the project's webhook payload fixtures (fastci/testing/fixtures/payloads)."""
+    from fastci.testing import FIXTURES  # noqa: PLC0415
+
+    return FIXTURES / "payloads" / event / name

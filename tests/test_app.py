@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from pathlib import Path
 
 import pytest
 import redis as redis_lib
 import requests
-from conftest import shared_dir
+from conftest import payload_path
 from werkzeug.serving import make_server
 
 from fastci.app import events
@@ -22,6 +21,7 @@ from fastci.app.queue import Queues
 from fastci.app.settings import AppSettings, Secret, SettingsError, load
 from fastci.app.signature import sign, verify
 from fastci.app.web import create_app
+from fastci.testing import FIXTURES
 
 SECRET = "It's a Secret to Everybody"
 
@@ -52,42 +52,44 @@ def test_secrets_come_from_files_and_never_print(tmp_path):
         load({"FASTCI_APP_ID": "twelve"})
 
 
-# -- routing GitHub's real payloads --------------------------------------------------------------
+# -- routing GitHub's payloads (the project's fixtures, in GitHub's shapes) ----------------------
 def _payloads():
-    root = shared_dir("github-payloads")
-    return sorted(p for p in root.glob("*/*.json"))
+    return sorted((FIXTURES / "payloads").glob("*/*.json"))
 
 
-def test_every_recorded_payload_routes_without_error():
+def test_every_payload_fixture_routes_without_error():
     kinds = {}
     for path in _payloads():
         event = path.parent.name
-        routed = events.route(event, json.loads(path.read_bytes()))
+        routed = events.route(event, json.loads(path.read_bytes())) if event != "ping" \
+            else events.Ignored("ping")
         kinds[(event, path.name)] = routed.kind if isinstance(routed, events.Work) \
             else "ignored"
-    assert kinds[("pull_request", "opened.payload.json")] == "pull_request"
-    assert kinds[("pull_request", "synchronize.payload.json")] == "pull_request"
-    assert kinds[("pull_request", "closed.payload.json")] == "ignored"
-    assert kinds[("push", "with-new-branch.payload.json")] == "refresh"  # default branch
-    assert kinds[("push", "payload.json")] == "ignored"  # a tag
-    assert kinds[("check_suite", "rerequested.payload.json")] == "pull_request"
-    assert kinds[("installation", "created.payload.json")] == "installation"
-    assert kinds[("issue_comment", "created.payload.json")] == "ignored"  # not a command
+    assert kinds[("pull_request", "opened.json")] == "pull_request"
+    assert kinds[("pull_request", "opened-from-fork.json")] == "pull_request"
+    assert kinds[("pull_request", "synchronize.json")] == "pull_request"
+    assert kinds[("pull_request", "closed.json")] == "ignored"
+    assert kinds[("push", "default-branch.json")] == "refresh"
+    assert kinds[("push", "tag.json")] == "ignored"
+    assert kinds[("check_suite", "rerequested.json")] == "pull_request"
+    assert kinds[("check_suite", "completed.json")] == "ignored"
+    assert kinds[("check_run", "requested_action.json")] == "pull_request"
+    assert kinds[("installation", "created.json")] == "installation"
+    assert kinds[("installation_repositories", "added.json")] == "installation"
+    assert kinds[("issue_comment", "created-on-issue.json")] == "ignored"  # not a command
 
 
 def test_a_pull_request_payload_becomes_work_without_secrets():
-    payload = json.loads((shared_dir("github-payloads") / "pull_request" /
-                          "opened.payload.json").read_bytes())
+    payload = json.loads(payload_path("pull_request", "opened.json").read_bytes())
     work = events.route("pull_request", payload)
-    assert (work.repo, work.number, work.installation_id) == ("Codertocat/Hello-World", 2, 1)
+    assert (work.repo, work.number, work.installation_id) == ("octo/widgets", 5, 7)
     assert work.head_sha == payload["pull_request"]["head"]["sha"]
     assert not work.fork
     assert events.Work.from_json(json.loads(json.dumps(work.to_json()))) == work
 
 
 def test_a_slash_command_on_a_pull_request_is_work():
-    payload = json.loads((shared_dir("github-payloads") / "issue_comment" /
-                          "created.payload.json").read_bytes())
+    payload = json.loads(payload_path("issue_comment", "created-on-issue.json").read_bytes())
     payload["comment"]["body"] = "/fastci explain tests/test_x.py::test_y"
     assert isinstance(events.route("issue_comment", payload), events.Ignored)  # an issue
     payload["issue"]["pull_request"] = {"url": payload["issue"]["url"]}  # GitHub's PR marker
@@ -186,12 +188,12 @@ def post(url: str, event: str, body: bytes, *, secret: str = SECRET, delivery: s
 
 
 def payload_bytes(event: str, name: str) -> bytes:
-    return (shared_dir("github-payloads") / event / name).read_bytes()
+    return payload_path(event, name).read_bytes()
 
 
 def test_a_signed_real_payload_is_enqueued_once(service):
     url, queues = service
-    body = payload_bytes("pull_request", "opened.payload.json")
+    body = payload_bytes("pull_request", "opened.json")
     delivery = str(uuid.uuid4())
     first = post(url, "pull_request", body, delivery=delivery)
     assert first.status_code == 202, first.text
@@ -201,7 +203,7 @@ def test_a_signed_real_payload_is_enqueued_once(service):
     assert queues.cpu.count == 1
     job = queues.cpu.jobs[0]
     work = events.Work.from_json(job.args[0])
-    assert work.number == 2 and work.kind == "pull_request"
+    assert work.number == 5 and work.kind == "pull_request"
     assert SECRET not in json.dumps(job.args)  # no secret travels in a job
 
 
@@ -214,7 +216,7 @@ def test_a_signed_real_payload_is_enqueued_once(service):
 ])
 def test_bad_requests_get_a_clear_4xx(service, change, status, says):
     url, queues = service
-    response = post(url, "pull_request", payload_bytes("pull_request", "opened.payload.json"),
+    response = post(url, "pull_request", payload_bytes("pull_request", "opened.json"),
                     **change)
     assert response.status_code == status
     assert says in response.json()["message"]
@@ -231,7 +233,7 @@ def test_malformed_oversized_unknown_and_ping(service):
     assert huge.status_code == 413
     unknown = post(url, "deployment", b"{}")
     assert unknown.status_code == 202 and "ignored" in unknown.json()["message"]
-    ping = post(url, "ping", payload_bytes("ping", "payload.json"))
+    ping = post(url, "ping", payload_bytes("ping", "ping.json"))
     assert ping.status_code == 200 and ping.json()["message"] == "pong"
     assert queues.cpu.count == 0
     assert requests.get(f"{url}/webhooks", timeout=5).status_code == 405
@@ -241,7 +243,7 @@ def test_malformed_oversized_unknown_and_ping(service):
 def test_healthz_and_metrics(service):
     url, _ = service
     assert requests.get(f"{url}/healthz", timeout=5).json() == {"status": "ok", "redis": "ok"}
-    post(url, "pull_request", payload_bytes("pull_request", "opened.payload.json"))
+    post(url, "pull_request", payload_bytes("pull_request", "opened.json"))
     post(url, "pull_request", b"{")
     text = requests.get(f"{url}/metrics", timeout=5).text
     assert 'fastci_deliveries_total{status="202"} 1' in text
@@ -252,7 +254,7 @@ def test_healthz_and_metrics(service):
 
 def test_a_newer_push_cancels_the_older_heads_queued_work(service):
     url, queues = service
-    payload = json.loads(payload_bytes("pull_request", "synchronize.payload.json"))
+    payload = json.loads(payload_bytes("pull_request", "synchronize.json"))
     first = post(url, "pull_request", json.dumps(payload).encode())
     payload["pull_request"]["head"]["sha"] = "1" * 40
     second = post(url, "pull_request", json.dumps(payload).encode())
@@ -263,15 +265,14 @@ def test_a_newer_push_cancels_the_older_heads_queued_work(service):
     new = Job.fetch(second.json()["job"], connection=queues.redis)
     assert old.get_status() == "canceled"
     assert new.get_status() == "queued"
-    assert queues.current_head("Codertocat/Hello-World", 2) == "1" * 40
+    assert queues.current_head("octo/widgets", 5) == "1" * 40
 
 
 def test_redis_down_answers_503_and_enqueues_nothing(tmp_path):
     settings = AppSettings(webhook_secret=Secret(SECRET), workspace=tmp_path)
     dead = redis_lib.Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.2)
     client = create_app(settings, dead).test_client()
-    body = (Path(shared_dir("github-payloads")) / "pull_request" /
-            "opened.payload.json").read_bytes()
+    body = payload_path("pull_request", "opened.json").read_bytes()
     response = client.post("/webhooks", data=body, headers={
         "X-GitHub-Event": "pull_request", "X-GitHub-Delivery": "abc-1",
         "X-Hub-Signature-256": sign(SECRET, body), "Content-Type": "application/json"})

@@ -1,4 +1,4 @@
-"""The GitHub App end to end: real payloads in, check runs out.
+"""The GitHub App end to end: payloads in GitHub's shapes in, check runs out.
 
 `fastci.demo_app.AppLoop` starts gunicorn (the webhook), two `fastci worker` processes
 (selection, and one "GPU") on real Redis, a local git remote and the fake GitHub. A push to
@@ -9,7 +9,6 @@ change then gets its selection, regressions and background check runs.
 from __future__ import annotations
 
 import pytest
-from conftest import shared_dir
 
 pytestmark = pytest.mark.slow
 
@@ -17,7 +16,7 @@ pytestmark = pytest.mark.slow
 def test_a_pull_request_gets_its_check_runs(tmp_path, redis):
     from fastci.demo_app import AppLoop
 
-    with AppLoop(tmp_path, "rope_bug", payloads=shared_dir("github-payloads")) as loop:
+    with AppLoop(tmp_path, "rope_bug") as loop:
         assert loop.push_main().status_code == 202
         loop.wait(loop.has_evidence, 300, "evidence for the base")
         answer = loop.open_pull_request()

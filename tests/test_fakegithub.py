@@ -1,9 +1,9 @@
 """FakeGitHub proved with PyGithub itself: a real client over real HTTP to the fake.
 
 If PyGithub parses what the fake answers and the fake refuses what GitHub refuses, FastCI's
-tests against the fake say something about FastCI against GitHub. Tests that start the fake
-need ../shared (the recorded shapes) and skip, saying why, without it; the validation rules
-are pure functions and are checked without it too.
+tests against the fake say something about FastCI against GitHub. The fake answers from the
+project's fixtures (tests/test_fixtures_contract.py checks them against GitHub's recordings);
+the validation rules are pure functions and are checked without a server too.
 """
 
 from __future__ import annotations
@@ -16,10 +16,9 @@ from datetime import datetime, timedelta, timezone
 import github
 import jwt
 import pytest
-from conftest import shared_dir
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from fakegithub import FakeGitHub, check_run_problems, read_exchanges, recorded
+from fakegithub import FakeGitHub, check_run_problems, rest_fixture
 from github import Auth, GithubException
 
 APP_ID = 4242
@@ -53,12 +52,8 @@ def app_key() -> KeyPair:
 
 @pytest.fixture
 def fake(app_key: KeyPair) -> Iterator[FakeGitHub]:
-    """The App installed on one repository with one open pull request.
-
-    Skips, saying why, when ../shared is absent: the fake builds its answers from the
-    recordings there.
-    """
-    with FakeGitHub(shared_dir("github-replay"), shared_dir("github-payloads")) as fake:
+    """The App installed on one repository with one open pull request."""
+    with FakeGitHub() as fake:
         fake.register_app(APP_ID, app_key.public)
         fake.add_repo(REPO, installation_id=INSTALLATION)
         fake.add_pull(REPO, PULL, head_sha=SHA)
@@ -94,22 +89,6 @@ def annotation(line: int, **fields) -> dict:
 
 def output(**fields) -> dict:
     return {"title": "FastCI regressions", "summary": "1 of 3 selected tests failed", **fields}
-
-
-def replayed_body(filename: str, method: str, path: str) -> dict:
-    return recorded(shared_dir("github-replay"), filename, method, path).response_body
-
-
-# --- the recordings --------------------------------------------------------------------------
-
-
-def test_every_replay_file_is_whole_eleven_line_exchanges():
-    folder = shared_dir("github-replay")
-    for path in sorted(folder.glob("*.txt")):
-        lines = path.read_text(encoding="utf-8").split("\n")
-        exchanges = read_exchanges(path)
-        assert exchanges, path.name
-        assert len(lines) - 11 * len(exchanges) in (0, 1), f"{path.name} has stray lines"
 
 
 # --- App authentication ----------------------------------------------------------------------
@@ -150,9 +129,8 @@ def test_an_expired_jwt_gets_githubs_recorded_401(fake, app_key):
     with pytest.raises(GithubException) as refused:
         gi.get_access_token(INSTALLATION)
     assert refused.value.status == 401
-    assert refused.value.data == replayed_body(
-        "GithubIntegration.testGetAccessTokenWithExpiredJWT.txt", "POST",
-        "/app/installations/\\d+/access_tokens")
+    assert refused.value.data == rest_fixture("expired_jwt")["body"]
+    assert refused.value.status == rest_fixture("expired_jwt")["status"]
 
 
 @pytest.mark.parametrize("claims_at, message", [
@@ -299,7 +277,7 @@ def test_a_check_run_at_every_limit_is_accepted(repo, fake):
     ({"name": "fastci", "head_sha": SHA, "completed_at": "2024-01-01T00:00:00Z"}, "conclusion"),
 ])
 def test_check_run_problems_name_the_field(body, field):
-    """The rules PyGithub's own argument checks keep a client from breaking (no ../shared)."""
+    """The rules PyGithub's own argument checks keep a client from breaking (no server)."""
     assert [p.field for p in check_run_problems(body, creating=True)] == [field]
 
 
@@ -360,9 +338,8 @@ def test_a_caller_without_push_gets_githubs_recorded_403(installation, fake):
     with pytest.raises(GithubException) as refused:
         locked.get_collaborator_permission("alice")
     assert refused.value.status == 403
-    assert refused.value.data == replayed_body(
-        "Repository.testCollaboratorPermissionNoPushAccess.txt", "GET",
-        "/repos/[^/]+/[^/]+/collaborators/[^/]+/permission")
+    assert refused.value.data == rest_fixture("no_push")["body"]
+    assert refused.value.status == rest_fixture("no_push")["status"]
 
 
 def test_a_fork_pull_request_names_the_fork_as_head(repo, fake):

@@ -9,13 +9,14 @@ import string
 import uuid
 
 import pytest
-from conftest import redis_or_skip, shared_dir
+from conftest import redis_or_skip
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fastci.app.settings import AppSettings, Secret
 from fastci.app.signature import sign
 from fastci.app.web import create_app
+from fastci.testing import FIXTURES
 
 SECRET = "fuzz-secret"
 EVENTS = ["pull_request", "push", "check_suite", "check_run", "issue_comment", "installation",
@@ -87,7 +88,7 @@ def test_bad_headers_are_refused_and_enqueue_nothing(client, signature, delivery
 def test_real_payloads_with_fields_removed_or_retyped(client, data):
     event_dir = data.draw(st.sampled_from(["pull_request", "push", "issue_comment",
                                            "check_run", "check_suite", "installation"]))
-    files = sorted(p for p in shared_dir("github-payloads").glob(f"{event_dir}/*.json"))
+    files = sorted((FIXTURES / "payloads").glob(f"{event_dir}/*.json"))
     payload = json.loads(data.draw(st.sampled_from(files)).read_bytes())
     node, path = payload, []
     while isinstance(node, dict) and node and data.draw(st.booleans()):

@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 import requests
-from conftest import redis_or_skip, shared_dir
+from conftest import payload_path, redis_or_skip
 
 from fastci.app.signature import sign
 
@@ -31,8 +31,7 @@ SENDERS = 24
 
 def test_the_service_holds_200_deliveries_a_second_losing_none(tmp_path):
     client = redis_or_skip()
-    template = json.loads((shared_dir("github-payloads") / "pull_request" /
-                           "synchronize.payload.json").read_bytes())
+    template = json.loads(payload_path("pull_request", "synchronize.json").read_bytes())
     prefix = f"fastci-load-{uuid.uuid4().hex[:8]}"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

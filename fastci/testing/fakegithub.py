@@ -1,19 +1,20 @@
-"""A fake of GitHub's REST API on a real local socket, answering in the shapes GitHub recorded.
+"""A fake of GitHub's REST API on a real local socket, answering in the shapes GitHub sends.
 
-It ships with FastCI for `fastci demo --app`; FastCI's tests use it through
-``tests/fakegithub.py``. FastCI talks to GitHub only through PyGithub, so its tests point PyGithub's ``base_url`` at this
-server instead of mocking HTTP. Every response body starts from a response GitHub really sent --
-PyGithub's recorded exchanges in ``../shared/github-replay`` (read at run time, never copied) --
-with the ids, names, shas, states and urls of the request filled in, so PyGithub parses them
-exactly as it parses GitHub's. The fake keeps the state a test inspects afterwards (check runs
-with their accumulated annotations, comments, reactions, tokens, every request), validates
-requests the way GitHub does, and can be told to fail the way GitHub fails.
+It ships with FastCI (in fastci.testing, outside the App) for `fastci demo --app`; FastCI's
+tests use it through ``tests/fakegithub.py``. FastCI talks to GitHub only through PyGithub, so
+its tests point PyGithub's ``base_url`` at this server instead of mocking HTTP. Every response
+body starts from one of the project's fixtures (``fastci/testing/fixtures/rest``: the field
+names, types, status codes and headers of GitHub's recorded answers, with values of the
+project's own) with the ids, names, shas, states and urls of the request filled in, so PyGithub
+parses them exactly as it parses GitHub's. The fake keeps the state a test inspects afterwards
+(check runs with their accumulated annotations, comments, reactions, tokens, every request),
+validates requests the way GitHub does, and can be told to fail the way GitHub fails.
 
-Endpoints FastCI needs that the recordings lack are derived from a recorded neighbour, and say
-so where they are built: the pull request and its issue view (from the ``pull_request`` and
-``issue_comment`` webhook payloads in ``../shared/github-payloads``, which carry the same REST
-objects) and the App's webhook deliveries (from GitHub's documented delivery fields, the ones
-PyGithub's ``HookDeliverySummary`` parses).
+Shapes no recording holds are derived, and say so in their fixture: the pull request and its
+issue view (from the ``pull_request`` and ``issue_comment`` webhook payloads, which carry the
+same REST objects) and the App's webhook deliveries (from GitHub's documented delivery fields,
+the ones PyGithub's ``HookDeliverySummary`` parses). tests/test_fixtures_contract.py checks
+the fixtures against the recordings where those lie beside the checkout.
 
     with FakeGitHub() as fake:
         fake.register_app(APP_ID, public_key_pem)
@@ -26,7 +27,6 @@ PyGithub's ``HookDeliverySummary`` parses).
 
 from __future__ import annotations
 
-import ast
 import base64
 import copy
 import functools
@@ -49,21 +49,9 @@ from werkzeug.routing import Map, Rule
 from werkzeug.serving import WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
+from . import FIXTURES
 
-def shared_dir(name: str) -> Path:
-    """``../shared/<name>`` beside the FastCI checkout, or under $FASTCI_SHARED."""
-    import os  # noqa: PLC0415
-
-    root = Path(os.environ.get("FASTCI_SHARED") or
-                Path(__file__).resolve().parents[2] / "shared")
-    path = root / name
-    if not path.is_dir():
-        raise FileNotFoundError(
-            f"{path} is missing: the fake GitHub answers in the shapes of GitHub's recorded "
-            "exchanges, kept in ../shared beside a FastCI checkout (or set FASTCI_SHARED)")
-    return path
-
-# The recordings name GitHub's API by this root; the fake serves every url under its own.
+# The fixtures name GitHub's API by this root; the fake serves every url under its own.
 RECORDED_API_ROOT = "https://api.github.com"
 DOCS = "https://docs.github.com/rest"
 
@@ -85,7 +73,7 @@ RATE_LIMIT = 5000  # an installation's hourly budget
 RATE_WINDOW_S = 3600
 
 # Messages GitHub sends that the recordings do not hold (each seen in GitHub's answers as quoted
-# in public bug reports); the recorded ones are read from the replay files instead.
+# in public bug reports); the recorded ones are in the fixtures.
 BAD_CREDENTIALS = "Bad credentials"
 REQUIRES_AUTHENTICATION = "Requires authentication"
 JWT_UNDECODABLE = "A JSON web token could not be decoded"
@@ -98,49 +86,12 @@ PRIMARY_RATE_LIMIT = "API rate limit exceeded for installation ID {installation_
 
 
 # ---------------------------------------------------------------------------------------------
-# Reading the recordings
-
-
-@dataclass(frozen=True)
-class Exchange:
-    """One recorded request and GitHub's answer to it (11 lines of a replay file)."""
-
-    method: str
-    path: str
-    request_headers: dict[str, str]
-    request_body: Any
-    status: int
-    response_headers: dict[str, str]
-    response_body: Any
-
-
-def read_exchanges(path: Path) -> list[Exchange]:
-    """Every exchange in a PyGithub replay file, in recorded order."""
-    lines = path.read_text(encoding="utf-8").split("\n")
-    exchanges = []
-    for i in range(0, len(lines) - 10, 11):
-        if lines[i] not in ("http", "https"):
-            raise ValueError(f"{path.name}: line {i + 1} does not start an exchange")
-        _, verb, _, _, url, rq_h, rq_b, status, rs_h, rs_b, _ = lines[i:i + 11]
-        exchanges.append(Exchange(
-            method=verb, path=url, request_headers=ast.literal_eval(rq_h),
-            request_body=None if rq_b == "None" else json.loads(rq_b), status=int(status),
-            response_headers=dict(ast.literal_eval(rs_h)),
-            response_body=json.loads(rs_b) if rs_b else None))
-    return exchanges
-
-
-def recorded(replay_dir: Path, filename: str, method: str, path_pattern: str) -> Exchange:
-    """The first exchange of ``filename`` whose request matches; loud when the data drifted."""
-    for exchange in read_exchanges(replay_dir / filename):
-        if exchange.method == method and re.fullmatch(path_pattern, exchange.path.split("?")[0]):
-            return exchange
-    raise LookupError(f"{filename} holds no {method} {path_pattern}")
+# The shapes GitHub answers in
 
 
 @dataclass(frozen=True)
 class Shapes:
-    """GitHub's response bodies the fake fills in: recorded ones, and the derived ones."""
+    """GitHub's response bodies the fake fills in, one per fixture in ``rest/``."""
 
     check_run: dict
     annotation: dict
@@ -160,48 +111,24 @@ class Shapes:
     issue: dict
 
 
-@functools.lru_cache(maxsize=4)
-def load_shapes(replay_dir: Path, payload_dir: Path) -> Shapes:
-    """Read each shape once per session from the files that recorded it."""
-    def body(filename: str, method: str, path: str) -> Any:
-        return recorded(replay_dir, filename, method, path).response_body
+def rest_fixture(name: str, fixtures: Path = FIXTURES) -> dict:
+    """One REST fixture: method, path, status, headers and the body GitHub answers with."""
+    return json.loads((fixtures / "rest" / f"{name}.json").read_text(encoding="utf-8"))
 
-    repo = "/repos/[^/]+/[^/]+"
-    comment_payload = json.loads((payload_dir / "issue_comment/created.payload.json").read_text())
-    pull_payload = json.loads((payload_dir / "pull_request/opened.payload.json").read_text())
-    recorded_comment = body("Issue.testCreateComment.txt", "POST", repo + "/issues/\\d+/comments")
+
+@functools.lru_cache(maxsize=4)
+def load_shapes(fixtures: Path = FIXTURES) -> Shapes:
+    """Read each shape once per process from the project's fixtures."""
+    def body(name: str) -> Any:
+        return rest_fixture(name, fixtures)["body"]
+
+    app = body("app")
     return Shapes(
-        check_run=body("CheckRun.testCreateCheckRunInProgress.txt", "POST", repo + "/check-runs"),
-        annotation=body("CheckRun.testListCheckRunAnnotations.txt", "GET",
-                        repo + "/check-runs/\\d+/annotations")[0],
-        token=body("GithubIntegration.testGetGithubForInstallation.txt", "POST",
-                   "/app/installations/\\d+/access_tokens"),
-        installation=body("GithubIntegration.testGetRepoInstallation.txt", "GET",
-                          repo + "/installation"),
-        app=body("GithubIntegration.testGetApp.txt", "GET", "/app"),
-        user=body("GithubIntegration.testGetApp.txt", "GET", "/app")["owner"],
-        repo=body("GithubIntegration.testGetGithubForInstallation.txt", "GET", repo),
-        # The 2012 recording predates html_url, issue_url, node_id, author_association and the
-        # reactions rollup; GitHub's comment object today carries them, as the issue_comment
-        # webhook payload shows, so the recorded keys are completed from it.
-        comment={**comment_payload["comment"], **recorded_comment},
-        reaction=body("IssueComment.testCreateReaction.txt", "POST",
-                      repo + "/issues/comments/\\d+/reactions"),
-        permission=body("Repository.testCollaboratorRoleName.txt", "GET",
-                        repo + "/collaborators/[^/]+/permission"),
-        not_found=body("GithubIntegration.testGetAccessTokenForNoInstallation.txt", "POST",
-                       "/app/installations/\\d+/access_tokens"),
-        expired_jwt=body("GithubIntegration.testGetAccessTokenWithExpiredJWT.txt", "POST",
-                         "/app/installations/\\d+/access_tokens"),
-        no_push=body("Repository.testCollaboratorPermissionNoPushAccess.txt", "GET",
-                     repo + "/collaborators/[^/]+/permission"),
-        not_granted=body("GithubIntegration.testGetAccessTokenWithInvalidPermissions.txt", "POST",
-                         "/app/installations/\\d+/access_tokens"),
-        # Derived: no recording of GET .../pulls/{n} or .../issues/{n}; the webhook payloads
-        # carry the same REST objects.
-        pull=pull_payload["pull_request"],
-        issue=comment_payload["issue"],
-    )
+        check_run=body("check_run"), annotation=body("annotations")[0], token=body("token"),
+        installation=body("installation"), app=app, user=app["owner"], repo=body("repo"),
+        comment=body("comment"), reaction=body("reaction"), permission=body("permission"),
+        not_found=body("not_found"), expired_jwt=body("expired_jwt"), no_push=body("no_push"),
+        not_granted=body("not_granted"), pull=body("pull"), issue=body("issue"))
 
 
 def rebased(value: Any, replacements: dict[str, str]) -> Any:
@@ -541,13 +468,11 @@ class FakeGitHub:
     ``reactions``, ``redeliveries``, ``requests`` and ``attempts``; break with ``fail_next``
     and ``rate_limit_next``; move GitHub's clock with ``advance``.
 
-    Without ``replay_dir``/``payload_dir`` it reads ``../shared/github-replay`` and
-    ``../shared/github-payloads``, and skips the test (saying why) when they are absent.
+    Its answers are built from the fixtures in ``fixtures`` (the packaged ones by default).
     """
 
-    def __init__(self, replay_dir: Path | None = None, payload_dir: Path | None = None) -> None:
-        self._shapes = load_shapes(replay_dir or shared_dir("github-replay"),
-                                   payload_dir or shared_dir("github-payloads"))
+    def __init__(self, fixtures: Path = FIXTURES) -> None:
+        self._shapes = load_shapes(fixtures)
         self._lock = threading.RLock()
         self._ids = itertools.count(1001)
         self._clock_offset = 0.0
