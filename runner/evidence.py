@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import zlib
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from fastci.runner.analysis.environment import Environment
 
@@ -81,8 +81,9 @@ class Snapshot:
     environment: Environment
     tree: Mapping[str, str]  # path -> git blob sha of every file the evidence was recorded on
     tests: Mapping[str, TestRecord]
-    import_time: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)
-    """path -> qualname -> test files whose collection ran the block (SESSION: before any)."""
+    import_time: Mapping[str, Mapping[str, Sequence[str]]] = field(default_factory=dict)
+    """path -> qualname -> test files whose collection ran the block (SESSION: before any);
+    lists as recorded and as the stores hand them back."""
     session_files: Mapping[str, str] = field(default_factory=dict)
     """Non-Python files read at import or collection time, outside every test."""
     created_at: float = 0.0
@@ -108,7 +109,7 @@ def _ranges(lines: tuple[int, ...]) -> list[tuple[int, int]]:
             spans[-1][1] = n
         else:
             spans.append([n, n])
-    return [tuple(s) for s in spans]
+    return [(a, b) for a, b in spans]
 
 
 def _pack(obj: object) -> bytes:

@@ -22,22 +22,23 @@ import resource
 import sys
 import time
 from collections import defaultdict
-from types import ModuleType
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import ModuleType
+from typing import TYPE_CHECKING, Iterator
 
 from fastci.runner.analysis import inventory
-
-from fastci.runner.record import tracing
-from fastci.runner.analysis.blocks import MODULE
-from fastci.runner.record.capture import CAPTURED, INSIDE, ModuleCapture
+from fastci.runner.analysis.blocks import MODULE, FileBlocks
 from fastci.runner.analysis.environment import Environment, current, is_manifest, lock_hash
 from fastci.runner.evidence import DYNAMIC_ALL, SESSION, Snapshot, TestRecord
 from fastci.runner.git import WORKTREE, Repo
+from fastci.runner.record import tracing
+from fastci.runner.record.capture import CAPTURED, INSIDE, ModuleCapture
 
 if TYPE_CHECKING:
+    import coverage
+
     from fastci.runner.store import EvidenceStore
 
 SESSION_CONTEXT = ""
@@ -97,7 +98,7 @@ class Recorder:
         self.started_at = time.time()
         self.first_failure_at: float | None = None
         self._stack: list[str] = []
-        self._cov = None
+        self._cov: coverage.Coverage | None = None
         self._kernel_hook = tracing.KernelHook(self._on_launch, self.untraced)
         self._derived: dict[str, set[str]] = defaultdict(set)
         self.capture: ModuleCapture | None = None
@@ -116,19 +117,19 @@ class Recorder:
     def start(self) -> None:
         import coverage  # noqa: PLC0415 (only a recording session pays for it)
 
-        self._cov = coverage.Coverage(
+        cov = self._cov = coverage.Coverage(
             data_file=None, source=[self.root], branch=False, config_file=False,
             omit=["*/site-packages/*", "*/.venv/*", "*/.fastci/*", "*/.git/*"],
             messages=False)
-        self._cov.start()
-        self._cov.switch_context(SESSION_CONTEXT)
+        cov.start()
+        cov.switch_context(SESSION_CONTEXT)
         tracing.start(self._on_file)
         tracing.patch_cached_property()
         tracing.start_reading(self.root, self._adopt)
         self._route(SESSION_CONTEXT)
 
     @contextmanager
-    def untraced(self):
+    def untraced(self) -> Iterator[None]:
         collector = getattr(self._cov, "_collector", None)
         if collector is None:
             yield
@@ -258,83 +259,109 @@ class Recorder:
 
     # -- the end -----------------------------------------------------------------------------
     def finish(self, store: EvidenceStore) -> Recording:
+        """Stop every hook and turn what the session saw into per-test evidence."""
+        self._stop_hooks()
+        lines_by_context = self._lines_by_context()
+        inventories = inventory.load(self.repo, WORKTREE, self.tree, store)
+        shas = _FileHasher(self.root, self.tree)
+        tests = self._test_records(inventories, lines_by_context, shas)
+        import_time = _import_time(inventories, lines_by_context)
+        session_files = self._session_files(shas)
+        if self.capture is not None:
+            store.save_captures(self.capture.blobs)
+        manifests = {p: (Path(self.root) / p).read_bytes() for p in self.tree
+                     if is_manifest(p) and (Path(self.root) / p).is_file()}
+        return Recording(
+            tree=self.tree, environment=current(lock_hash(manifests)), tests=tests,
+            import_time=import_time, session_files=session_files,
+            first_failure_at=self.first_failure_at, started_at=self.started_at,
+            finished_at=time.time(), order=list(self.tests))
+
+    def _stop_hooks(self) -> None:
+        """Nothing the process does from here on is evidence."""
         tracing.stop()
         tracing.stop_reading(self._hooked)
         tracing.unpatch_cached_property()
         self._kernel_hook.uninstall()
         if self.capture is not None:
             self.capture.uninstall()
-        data = None
         if self._cov is not None:
             self._cov.stop()
-            data = self._cov.get_data()
+
+    def _lines_by_context(self) -> dict[str, dict[str, set[int]]]:
+        """context -> path -> executed lines, for the repository's files as the session
+        started (a file outside it, or written during the run, is no evidence)."""
         lines_by_context: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
-        if data is not None:
-            for filename in data.measured_files():
-                rel = os.path.relpath(filename, self.root)
-                if rel.startswith("..") or rel not in self.tree:
-                    continue  # outside the repo, or written during the run
-                for line, contexts in data.contexts_by_lineno(filename).items():
-                    for context in contexts:
-                        lines_by_context[context][rel].add(line)
-        inventories = inventory.load(self.repo, WORKTREE, self.tree, store)
-        tests = {}
+        if self._cov is None:
+            return lines_by_context
+        data = self._cov.get_data()
+        for filename in data.measured_files():
+            rel = os.path.relpath(filename, self.root)
+            if rel.startswith("..") or rel not in self.tree:
+                continue  # outside the repo, or written during the run
+            for line, contexts in data.contexts_by_lineno(filename).items():
+                for context in contexts:
+                    lines_by_context[context][rel].add(line)
+        return lines_by_context
+
+    def _test_records(self, inventories: dict[str, FileBlocks],
+                      lines_by_context: dict[str, dict[str, set[int]]],
+                      shas: _FileHasher) -> dict[str, TestRecord]:
+        """Every test's evidence, its kernels hashed with what they call and read."""
         all_kernels = {f"{p}::{q}" for ks in self.kernels.values() for p, q in ks}
         kernel_hash = inventory.kernel_hashes(inventories, all_kernels)
-        shas = _FileHasher(self.root, self.tree)
+        tests = {}
         for nodeid, test in self.tests.items():
-            lines: dict[str, set[int]] = defaultdict(set)
-            files: set[str] = set()
-            dirs: set[str] = set()
-            kernels: set[tuple[str, str]] = set()
-            spawns: set[str] = set()
-            for context in [*test.contexts, *sorted(self._derived.get(nodeid, ()))]:
-                spawns |= self.spawns.get(context, set())
-                for path, ls in lines_by_context.get(context, {}).items():
-                    lines[path] |= ls
-                files |= self.files.get(context, set())
-                dirs |= self.dirs.get(context, set())
-                kernels |= self.kernels.get(context, set())
-            blocks = {}
-            for path, ls in lines.items():
-                fb = inventories.get(path)
-                if fb is None:
-                    continue
-                blocks[path] = tuple(sorted({fb.owner_of(n) for n in ls}))
-            # A launch is evidence even without its lines; so is a cache hit of a memoized
-            # function or a cached property read (the body ran for another test).
-            for path, qualname in kernels | self._memoized(nodeid, test):
-                if path in inventories and qualname not in blocks.get(path, ()):
-                    blocks[path] = tuple(sorted({*blocks.get(path, ()), qualname}))
+            seen = self._seen_by(nodeid, test, lines_by_context)
             tests[nodeid] = TestRecord(
                 test_id=nodeid, outcome=test.outcome, duration=test.duration,
-                blocks=blocks, files=shas.hash_all(files),
-                dirs=tuple(sorted(os.path.relpath(d, self.root) for d in dirs)),
-                kernels={k: kernel_hash[k] for k in (f"{p}::{q}" for p, q in kernels)},
-                markers=test.markers, dimension=test.dimension, spawns=tuple(sorted(spawns)),
+                blocks=self._blocks(nodeid, test, seen, inventories),
+                files=shas.hash_all(seen.files),
+                dirs=tuple(sorted(os.path.relpath(d, self.root) for d in seen.dirs)),
+                kernels={k: kernel_hash[k] for k in (f"{p}::{q}" for p, q in seen.kernels)},
+                markers=test.markers, dimension=test.dimension,
+                spawns=tuple(sorted(seen.spawns)),
                 peak_memory=test.peak_memory, cuda=test.cuda,
-                lines={p: tuple(sorted(ls)) for p, ls in lines.items()},
+                lines={p: tuple(sorted(ls)) for p, ls in seen.lines.items()},
                 modules=self._module_evidence(nodeid, test, lines_by_context),
                 dynamic=self._dynamic_reads(nodeid, test),
                 code=self._item_code(nodeid, shas))
-        import_time: dict[str, dict[str, list[str]]] = defaultdict(dict)
-        session_files: dict[str, str] = {}
-        for context, by_path in lines_by_context.items():
-            if context == SESSION_CONTEXT:
-                origin = SESSION
-            elif context.startswith("collect:"):
-                origin = context[len("collect:"):]
-            else:
+        return tests
+
+    def _seen_by(self, nodeid: str, test: _Test,
+                 lines_by_context: dict[str, dict[str, set[int]]]) -> _Seen:
+        """What ran and was read in any of the test's contexts: its own, the shared
+        fixtures it used, and those it derived (captured module calls)."""
+        seen = _Seen()
+        for context in [*test.contexts, *sorted(self._derived.get(nodeid, ()))]:
+            seen.spawns |= self.spawns.get(context, set())
+            for path, ls in lines_by_context.get(context, {}).items():
+                seen.lines[path] |= ls
+            seen.files |= self.files.get(context, set())
+            seen.dirs |= self.dirs.get(context, set())
+            seen.kernels |= self.kernels.get(context, set())
+        return seen
+
+    def _blocks(self, nodeid: str, test: _Test, seen: _Seen,
+                inventories: dict[str, FileBlocks]) -> dict[str, tuple[str, ...]]:
+        """path -> qualnames of the blocks the test depends on: those its lines ran in, and
+        those it reached without running their lines."""
+        blocks = {}
+        for path, ls in seen.lines.items():
+            fb = inventories.get(path)
+            if fb is None:
                 continue
-            for path, ls in by_path.items():
-                fb = inventories.get(path)
-                if fb is None:
-                    continue
-                for qualname in {fb.owner_of(n) for n in ls} - {MODULE}:
-                    if fb.by_qualname()[qualname].kind == "function":
-                        import_time[path].setdefault(qualname, [])
-                        if origin not in import_time[path][qualname]:
-                            import_time[path][qualname].append(origin)
+            blocks[path] = tuple(sorted({fb.owner_of(n) for n in ls}))
+        # A launch is evidence even without its lines; so is a cache hit of a memoized
+        # function or a cached property read (the body ran for another test).
+        for path, qualname in seen.kernels | self._memoized(nodeid, test):
+            if path in inventories and qualname not in blocks.get(path, ()):
+                blocks[path] = tuple(sorted({*blocks.get(path, ()), qualname}))
+        return blocks
+
+    def _session_files(self, shas: _FileHasher) -> dict[str, str]:
+        """Non-Python files read at session start or while a test file was collected."""
+        session_files: dict[str, str] = {}
         for context, opened in self.files.items():
             if context == SESSION_CONTEXT or context.startswith("collect:"):
                 # A text file collected as tests (--doctest-glob, a YAML plugin) is read by
@@ -342,16 +369,7 @@ class Recorder:
                 own = os.path.join(self.root, context[len("collect:"):]) \
                     if context.startswith("collect:") else None
                 session_files.update(shas.hash_all({f for f in opened if f != own}))
-        if self.capture is not None:
-            store.save_captures(self.capture.blobs)
-        manifests = {p: (Path(self.root) / p).read_bytes() for p in self.tree
-                     if is_manifest(p) and (Path(self.root) / p).is_file()}
-        return Recording(
-            tree=self.tree, environment=current(lock_hash(manifests)), tests=tests,
-            import_time={p: {q: sorted(o) for q, o in qs.items()} for p, qs in import_time.items()},
-            session_files=session_files, first_failure_at=self.first_failure_at,
-            started_at=self.started_at, finished_at=time.time(), order=list(self.tests))
-
+        return session_files
 
     def _memoized(self, nodeid: str, test: _Test) -> set[tuple[str, str]]:
         """Memoized functions whose cache answered the test, and cached properties it read."""
@@ -418,6 +436,42 @@ class Recorder:
             captures.append(entry)
         return {"captures": captures, "outside": lines_of(test.contexts),
                 "inside": lines_of([nodeid + INSIDE]), "sys_path": self.capture.sys_path}
+
+
+@dataclass
+class _Seen:
+    """What one test's contexts ran and read, merged."""
+
+    lines: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+    files: set[str] = field(default_factory=set)
+    dirs: set[str] = field(default_factory=set)
+    kernels: set[tuple[str, str]] = field(default_factory=set)
+    spawns: set[str] = field(default_factory=set)
+
+
+def _import_time(inventories: dict[str, FileBlocks],
+                 lines_by_context: dict[str, dict[str, set[int]]]
+                 ) -> dict[str, dict[str, list[str]]]:
+    """path -> qualname -> origins of the functions that ran at import time: SESSION before
+    collection (conftest, plugins), else the test file whose collection ran them."""
+    import_time: dict[str, dict[str, list[str]]] = defaultdict(dict)
+    for context, by_path in lines_by_context.items():
+        if context == SESSION_CONTEXT:
+            origin = SESSION
+        elif context.startswith("collect:"):
+            origin = context[len("collect:"):]
+        else:
+            continue
+        for path, ls in by_path.items():
+            fb = inventories.get(path)
+            if fb is None:
+                continue
+            for qualname in {fb.owner_of(n) for n in ls} - {MODULE}:
+                if fb.by_qualname()[qualname].kind == "function":
+                    origins = import_time[path].setdefault(qualname, [])
+                    if origin not in origins:
+                        origins.append(origin)
+    return {p: {q: sorted(o) for q, o in qs.items()} for p, qs in import_time.items()}
 
 
 class _FileHasher:
