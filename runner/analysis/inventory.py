@@ -12,7 +12,13 @@ import hashlib
 from collections import defaultdict, deque
 from typing import TYPE_CHECKING, Mapping
 
-from fastci.runner.analysis.blocks import MODULE, FileBlocks, module_name_for, parse_blocks
+from fastci.runner.analysis.blocks import (
+    MODULE,
+    Block,
+    FileBlocks,
+    module_name_for,
+    parse_blocks,
+)
 from fastci.runner.git import Repo
 
 if TYPE_CHECKING:
@@ -74,7 +80,7 @@ class Inventories(Mapping[str, FileBlocks]):
         return self._loaded[path]
 
     def __contains__(self, path: object) -> bool:
-        return path in self._tree and is_python(path)  # type: ignore[operator]
+        return isinstance(path, str) and path in self._tree and is_python(path)
 
     def __iter__(self):
         return iter(self._paths)
@@ -146,7 +152,7 @@ def kernel_hashes(inventories: Mapping[str, FileBlocks], kernels: set[str]) -> d
     read: a global such as `SCALE = 2.0` is baked into the compiled kernel (constexpr or
     not), and the configs and heuristics in its decorators are read the same way. A kernel
     no longer found hashes to "missing"."""
-    jit_by_name: dict[str, list[tuple[str, object]]] = defaultdict(list)
+    jit_by_name: dict[str, list[tuple[str, Block]]] = defaultdict(list)
     for path, fb in inventories.items():
         for block in fb.blocks:
             if block.is_jit:
@@ -155,13 +161,13 @@ def kernel_hashes(inventories: Mapping[str, FileBlocks], kernels: set[str]) -> d
     out = {}
     for key in kernels:
         path, _, qualname = key.partition("::")
-        fb = inventories.get(path)
-        block = fb.by_qualname().get(qualname) if fb else None
-        if block is None:
+        home = inventories.get(path)
+        kernel = home.by_qualname().get(qualname) if home else None
+        if kernel is None:
             out[key] = "missing"
             continue
         seen: dict[str, str] = {}
-        queue = deque([(path, block)])
+        queue = deque([(path, kernel)])
         while queue:
             p, b = queue.popleft()
             ident = f"{p}::{b.qualname}"
@@ -178,7 +184,7 @@ def kernel_hashes(inventories: Mapping[str, FileBlocks], kernels: set[str]) -> d
     return out
 
 
-def _globals_read(path: str, block, inventories: Mapping[str, FileBlocks],
+def _globals_read(path: str, block: Block, inventories: Mapping[str, FileBlocks],
                   index: dict[str, set[str]]) -> dict[str, str]:
     """"path::=name" -> digest of each module-level statement that binds a name the block
     reads, resolved the way Triton resolves a kernel's globals: in the kernel's module, then
@@ -214,11 +220,11 @@ def _globals_read(path: str, block, inventories: Mapping[str, FileBlocks],
                 for source, bound in zip(statement.reads, statement.defines):
                     if bound != name:
                         continue
-                    for target in _import_targets(fb, source, index):
-                        if target[1] is None:  # `import pkg.mod as m`: m.NAME reads
-                            queue.extend((target[0], a) for a in attributes)
+                    for module, imported in _import_targets(fb, source, index):
+                        if imported is None:  # `import pkg.mod as m`: m.NAME reads
+                            queue.extend((module, a) for a in attributes)
                         else:
-                            queue.append(target)
+                            queue.append((module, imported))
             else:
                 queue.extend((p, n) for n in statement.reads)
     return out
@@ -247,17 +253,22 @@ def doctest_digest(source: str | bytes, obj: str) -> str | None:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return None
-    node: ast.AST | None = tree
+    node: _Scope = tree
     for part in obj.split(".") if obj else ():
-        node = _child_def(node, part)
-        if node is None:
+        child = _child_def(node, part)
+        if child is None:
             return None
+        node = child
     text = ast.get_docstring(node, clean=False)
     return hashlib.blake2b((text if text is not None else "\0none").encode(),
                            digest_size=12).hexdigest()
 
 
-def _child_def(node: ast.AST, name: str) -> ast.AST | None:
+_Scope = ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef  # has a docstring
+
+
+def _child_def(node: ast.AST, name: str
+               ) -> ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef | None:
     """The first def or class called `name` in `node`'s own scope (inside if/try too)."""
     for child in ast.iter_child_nodes(node):
         if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
