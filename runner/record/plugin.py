@@ -9,10 +9,14 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-_recorder_key = pytest.StashKey["object"]()
+if TYPE_CHECKING:
+    from fastci.runner.record.recorder import Recorder
+
+_recorder_key = pytest.StashKey["Recorder"]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -28,13 +32,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config, parser, args) -> None:
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     """Start measuring before conftest files are imported, so their lines count too."""
     ns = early_config.known_args_namespace
     if not getattr(ns, "fastci_record", False):
         return
-    from fastci.runner.git import GitError, Repo  # noqa: PLC0415
-    from fastci.runner.record.recorder import Recorder  # noqa: PLC0415
+    # Imported here: pytest loads the plugin in every run, and only a recording pays for these.
+    from fastci.runner.git import GitError, Repo  # noqa: PLC0415 (start-up)
+    from fastci.runner.record.recorder import Recorder  # noqa: PLC0415 (start-up)
 
     try:
         repo = Repo.find(early_config.invocation_params.dir)
@@ -69,8 +74,9 @@ def pytest_report_header(config: pytest.Config) -> str:
 class _Session:
     """The active part: registered only when recording or running a plan."""
 
-    def __init__(self, config: pytest.Config, recorder, plan: str | None) -> None:
-        from fastci.runner.config import ConfigError, load  # noqa: PLC0415
+    def __init__(self, config: pytest.Config, recorder: Recorder | None, plan: str | None
+                 ) -> None:
+        from fastci.runner.config import ConfigError, load  # noqa: PLC0415 (start-up: when active)
 
         self.config = config
         self.recorder = recorder
@@ -89,7 +95,7 @@ class _Session:
         except ConfigError as exc:
             raise pytest.UsageError(f"fastci: {exc}") from None
 
-    def pytest_collection_finish(self, session) -> None:
+    def pytest_collection_finish(self) -> None:
         # Hook Triton launches only if the code under test imported Triton while being
         # collected: importing it ourselves would cost every session half a second.
         if self.recorder is not None:
@@ -116,11 +122,12 @@ class _Session:
         finally:
             self.recorder.pop()
 
-    def pytest_collection_modifyitems(self, session, config, items) -> None:
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]
+                                      ) -> None:
         self.collected = [self.test_id(item.nodeid) for item in items]
         if not self.plan:
             return
-        from fastci.runner.selection.plan import apply_plan  # noqa: PLC0415
+        from fastci.runner.selection.plan import apply_plan  # noqa: PLC0415 (start-up: plans only)
 
         keep, drop = apply_plan(self.plan, self.collected)
         by_id = {self.test_id(item.nodeid): item for item in items}
@@ -140,7 +147,7 @@ class _Session:
 
     # -- fixtures broader than a test get their own context -----------------------------------
     @pytest.hookimpl(wrapper=True)
-    def pytest_fixture_setup(self, fixturedef, request):
+    def pytest_fixture_setup(self, fixturedef):
         if self.recorder is None or fixturedef.scope == "function":
             return (yield)
         self.recorder.push(_fixture_context(fixturedef))
@@ -151,7 +158,7 @@ class _Session:
 
     # -- per test ---------------------------------------------------------------------------
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_protocol(self, item, nextitem):
+    def pytest_runtest_protocol(self, item):
         if self.recorder is not None:
             if not isinstance(item, pytest.Function):
                 self.recorder.set_item_code(self.test_id(item.nodeid),
@@ -179,11 +186,15 @@ class _Session:
         elif report.skipped and report.when in ("setup", "call") and current == "passed":
             self._outcome[nodeid] = "passed" if hasattr(report, "wasxfail") else "skipped"
 
-    def pytest_sessionfinish(self, session, exitstatus) -> None:
+    def pytest_sessionfinish(self) -> None:
         if self.recorder is None:
             return
-        from fastci.runner.record.recorder import recording_to_json  # noqa: PLC0415
-        from fastci.runner.store import StoreError, open_store, resolve_store  # noqa: PLC0415
+        from fastci.runner.record.recorder import recording_to_json  # noqa: PLC0415 (start-up)
+        from fastci.runner.store import (  # noqa: PLC0415 (start-up)
+            StoreError,
+            open_store,
+            resolve_store,
+        )
 
         out = self.config.getoption("fastci_out")
         # --fastci-store as given; else [tool.fastci] store, relative to the repository.
@@ -197,7 +208,9 @@ class _Session:
                     data["collected"] = self.collected
                     Path(out).write_text(json.dumps(data))
                 else:
-                    from fastci.runner.execution.carry import store_recording  # noqa: PLC0415
+                    from fastci.runner.execution.carry import (  # noqa: PLC0415 (start-up)
+                        store_recording,
+                    )
 
                     summary = store_recording(store, self.recorder.repo, recording)
                     self._summary = summary

@@ -7,10 +7,13 @@ least it can (a prefix test on the path) and hashes nothing until the session en
 
 from __future__ import annotations
 
+import dis
+import functools
+import importlib
 import os
 import sys
 from types import FunctionType, ModuleType
-from typing import Callable
+from typing import Any, Callable, ContextManager
 
 _sink: Callable[[str, str], None] | None = None
 _installed = False
@@ -95,7 +98,7 @@ class KernelHook:
     """
 
     def __init__(self, on_launch: Callable[[str, str], None],
-                 untraced: Callable[[], object] | None = None) -> None:
+                 untraced: Callable[[], ContextManager[object]] | None = None) -> None:
         self.on_launch = on_launch
         self.untraced = untraced  # a context manager factory: no line tracing inside
         self._patched: list[tuple[type, str, Callable]] = []
@@ -107,7 +110,7 @@ class KernelHook:
             return False
         targets = [getattr(triton_jit, "JITFunction", None)]
         try:
-            from triton.runtime import interpreter  # noqa: PLC0415
+            from triton.runtime import interpreter  # noqa: PLC0415 (triton is optional)
             targets.append(getattr(interpreter, "InterpretedFunction", None))
         except Exception:
             pass
@@ -122,7 +125,7 @@ class KernelHook:
         on_launch, untraced = self.on_launch, self.untraced
 
         def launch(kernel, *args, **kwargs):
-            fn = getattr(kernel, "fn", None)
+            fn: Any = getattr(kernel, "fn", None)  # the kernel's Python function
             code = getattr(fn, "__code__", None)
             if code is not None:
                 on_launch(code.co_filename, getattr(fn, "__qualname__", fn.__name__))
@@ -131,7 +134,7 @@ class KernelHook:
             with untraced():
                 return original(kernel, *args, **kwargs)
 
-        launch.__wrapped__ = original
+        launch.__wrapped__ = original  # type: ignore[attr-defined]  # functions take attributes
         return launch
 
     def uninstall(self) -> None:
@@ -145,8 +148,6 @@ class KernelHook:
 # the body only to the test that computed the value first. Hits are counted instead.
 
 def _lru_type() -> type | None:
-    import functools  # noqa: PLC0415
-
     return getattr(functools, "_lru_cache_wrapper", None)
 
 
@@ -234,7 +235,7 @@ def _namespace(module) -> dict:
 # repository class passes through `__get__` and is noted for the running context.
 
 _property_reads: set | None = None  # functions whose cached value was read, this context
-_original_cached_property = None
+_original_cached_property: type[functools.cached_property[Any]] | None = None
 
 
 def _make_recording_cached_property(base: type) -> type:
@@ -251,7 +252,7 @@ def _make_recording_cached_property(base: type) -> type:
             try:  # a hit, as the original answers it: straight from the instance dict
                 return instance.__dict__[self.attrname]
             except (AttributeError, KeyError, TypeError):
-                return base.__get__(self, instance, owner)
+                return super().__get__(instance, owner)  # base's, which computes it
 
         def __set__(self, instance, value):
             # What plain assignment did while this was a non-data descriptor.
@@ -276,21 +277,18 @@ def _make_recording_cached_property(base: type) -> type:
 def patch_cached_property() -> None:
     """Replace functools.cached_property (until `unpatch_cached_property`)."""
     global _original_cached_property
-    import functools  # noqa: PLC0415
-
     if _original_cached_property is None:
         _original_cached_property = functools.cached_property
-        functools.cached_property = _make_recording_cached_property(_original_cached_property)
+        recording = _make_recording_cached_property(_original_cached_property)
+        functools.cached_property = recording  # type: ignore[misc, assignment]  # on purpose
 
 
 def unpatch_cached_property() -> None:
     """Classes built meanwhile keep the subclass; with no sink it only reads the cache."""
     global _original_cached_property, _property_reads
-    import functools  # noqa: PLC0415
-
     _property_reads = None
     if _original_cached_property is not None:
-        functools.cached_property = _original_cached_property
+        functools.cached_property = _original_cached_property  # type: ignore[misc]  # restored
         _original_cached_property = None
 
 
@@ -372,9 +370,6 @@ def start_reading(root: str, adopt: Callable[[ModuleType], None]) -> None:
     """Hook reads by string until `stop_reading`; `adopt(module)` hooks a repository module
     (importlib.import_module's answers are adopted before the caller reads from them)."""
     global _static_ops, _repo_root, _adopt, _original_import_module
-    import dis  # noqa: PLC0415
-    import importlib  # noqa: PLC0415
-
     if _original_import_module is None:
         original = _original_import_module = importlib.import_module
 
@@ -384,7 +379,7 @@ def start_reading(root: str, adopt: Callable[[ModuleType], None]) -> None:
                 _adopt(module)
             return module
 
-        import_module.__wrapped__ = original
+        import_module.__wrapped__ = original  # type: ignore[attr-defined]  # as functools.wraps
         import_module.__doc__ = original.__doc__
         importlib.import_module = import_module
 
@@ -404,8 +399,6 @@ def set_context(module_reads: set | None, property_reads: set | None) -> None:
 
 def stop_reading(modules: list[ModuleType]) -> None:
     global _module_reads, _adopt, _original_import_module
-    import importlib  # noqa: PLC0415
-
     _module_reads = None
     _adopt = None
     if _original_import_module is not None:
@@ -413,6 +406,6 @@ def stop_reading(modules: list[ModuleType]) -> None:
         _original_import_module = None
     for module in modules:
         if type(module) is RecordingModule:
-            module.__class__ = ModuleType
+            module.__class__ = ModuleType  # type: ignore[assignment]  # a plain module again
     _sites.clear()
     _site_codes.clear()
