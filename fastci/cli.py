@@ -14,7 +14,6 @@ import sys
 from typing import Sequence
 
 from fastci import __version__
-
 from fastci.runner.errors import (
     EXIT_FAILED,
     EXIT_INTERNAL,

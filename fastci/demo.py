@@ -2,9 +2,10 @@
 
 Copies examples/tinyllm into a temporary git repository, records evidence once, then applies
 each change in examples/tinyllm/changes/ to the recorded base (each in its own git worktree,
-`jobs` at a time, sharing the one evidence store) and runs FastCI on it: what it selected and why, the test-seconds saved against the
-full suite, the failures caught (against the known failing tests of each change) and the time
-to the first failure. Writes an HTML report with a chart of the savings.
+`jobs` at a time, sharing the one evidence store) and runs FastCI on it: what it selected and
+why, the test-seconds saved against the full suite, the failures caught (against the known
+failing tests of each change) and the time to the first failure. Writes an HTML report
+with a chart of the savings.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ def test_recording_covers_every_test(library):
 
 def test_comment_docstring_and_whitespace_edits_select_nothing(library):
     library.edit("calc/norms.py", '"""Root mean square."""', '"""Root mean square (RMS)."""')
-    library.edit("calc/norms.py", "    eps = EPS if", "    # fall back to the default\n    eps = EPS if")
+    library.edit("calc/norms.py", "    eps = EPS if",
+                 "    # fall back to the default\n    eps = EPS if")
     library.edit("calc/model.py", "class Model:", "\n\nclass Model:  # the model")
     assert library.selected() == set()
 
@@ -128,7 +129,8 @@ def test_failed_test_is_selected_until_it_passes(project):
     result = project.select()
     chosen = {t["id"]: t for t in result["tests"] if t["decision"] == "selected"}
     assert set(chosen) == {"tests/test_flaky.py::test_fails"}
-    assert any("failed in the last run" in r for r in chosen["tests/test_flaky.py::test_fails"]["reasons"])
+    reasons = chosen["tests/test_flaky.py::test_fails"]["reasons"]
+    assert any("failed in the last run" in r for r in reasons)
 
 
 def test_dependency_manifest_change_selects_everything(library):
@@ -163,7 +165,8 @@ def test_conftest_module_body_change_selects_its_directory(library):
     })
     library.commit("unit tests")
     library.record()
-    library.edit("tests/unit/conftest.py", "LIMIT = 3", "import os\nos.environ['X'] = '1'\nLIMIT = 3")
+    library.edit("tests/unit/conftest.py", "LIMIT = 3",
+                 "import os\nos.environ['X'] = '1'\nLIMIT = 3")
     selected = library.selected()
     assert selected == {"tests/unit/test_unit.py::test_unit"}
 

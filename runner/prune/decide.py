@@ -27,9 +27,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
+from fastci.runner.execution.shard import scrubbed_environment
 from fastci.runner.git import WORKTREE, Repo
 from fastci.runner.selection.report import Selection
-from fastci.runner.execution.shard import scrubbed_environment
 
 if TYPE_CHECKING:
     from fastci.runner.store import EvidenceStore
@@ -133,7 +133,7 @@ def _span(lines: set[int]) -> str:
 def prune(repo: Repo, store: EvidenceStore, selection: Selection, snapshot, head: str,
           head_tree, old_inventories, mode: str = "exact", progress=None) -> PruneOutcome:
     started = time.perf_counter()
-    progress = progress or (lambda message: None)
+    progress = progress or (lambda _message: None)
     found, kept = candidates(selection, snapshot, old_inventories)
     if not found:
         return PruneOutcome(selection, kept=kept, seconds=time.perf_counter() - started)
