@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from github import GithubException
 
 from . import github
-from .events import RUN_ALL, Work
+from .events import EDITED, RUN_ALL, Work, command_line
 
 WRITE = ("admin", "maintain", "write")
 HELP = """\
@@ -38,26 +38,24 @@ class Command:
 
 
 def parse(body: str) -> Command:
-    """The first `/fastci ...` line of a comment."""
-    for line in body.splitlines():
-        line = line.strip()
-        if not line.startswith("/fastci"):
-            continue
-        try:
-            words = shlex.split(line)[1:]
-        except ValueError:
-            words = line.split()[1:]
-        if not words:
-            return Command("help", text=line)
-        verb, rest = words[0].lower(), words[1:]
-        if verb == "run" and [w.lower() for w in rest] == ["all"]:
-            return Command("run-all", text=line)
-        if verb in ("retest", "ok-to-test", "help") and not rest:
-            return Command(verb, text=line)
-        if verb == "explain" and len(rest) == 1:
-            return Command("explain", rest[0], text=line)
-        return Command("unknown", " ".join(words), text=line)
-    return Command("unknown", text=body[:100])
+    """The first `/fastci ...` line of a comment (events.command_line says which that is)."""
+    line = command_line(body)
+    if line is None:
+        return Command("unknown", text=body[:100])
+    try:
+        words = shlex.split(line)[1:]
+    except ValueError:
+        words = line.split()[1:]
+    if not words:
+        return Command("help", text=line)
+    verb, rest = words[0].lower(), words[1:]
+    if verb == "run" and [w.lower() for w in rest] == ["all"]:
+        return Command("run-all", text=line)
+    if verb in ("retest", "ok-to-test", "help") and not rest:
+        return Command(verb, text=line)
+    if verb == "explain" and len(rest) == 1:
+        return Command("explain", rest[0], text=line)
+    return Command("unknown", " ".join(words), text=line)
 
 
 def may_command(repo, user: str) -> bool:
@@ -83,6 +81,10 @@ def handle_command(ctx, work: Work) -> dict:
         reply("thanks for asking, but FastCI takes commands only from people with write "
               "access to this repository. A maintainer can run it for you.")
         return {"command": command.name, "allowed": False}
+    if work.mode == EDITED:
+        reply(f"edits are not commands, so `{command.text[:80]}` did nothing: FastCI reads "
+              "commands in new comments only. Post it as a new comment to run it.")
+        return {"command": command.name, "allowed": True, "edited": True}
     if command.name in ("help", "unknown"):
         prefix = "" if command.name == "help" else \
             f"I don't know `{command.text.strip()[:80]}`.\n\n"

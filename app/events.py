@@ -7,6 +7,7 @@ missing field GitHub always sends) raise `PayloadError`, which the webhook answe
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -14,6 +15,7 @@ from fastci.runner.errors import FastCIError
 
 COMMAND_PREFIX = "/fastci"
 RUN_ALL, RERUN_FAILED = "run_all", "rerun_failed"
+EDITED = "edited"  # the mode of a command Work made from an edited comment: it only gets a reply
 
 
 class PayloadError(FastCIError, ValueError):
@@ -58,16 +60,152 @@ class Ignored:
     reason: str
 
 
-def route(event: str, payload: Any) -> Work | Ignored:
+def route(event: str, payload: Any, allowed_bots: frozenset[str] = frozenset()
+          ) -> Work | Ignored:
+    """``allowed_bots``: the bot logins whose comments are commands (FASTCI_ALLOWED_BOTS)."""
     if not isinstance(payload, dict):
         raise PayloadError("the body must be a JSON object")
     handler = _HANDLERS.get(event)
     if handler is None:
         return Ignored(f"FastCI does not act on {event!r} events")
     try:
+        if handler is _issue_comment:
+            return _issue_comment(payload, allowed_bots)
         return handler(payload)
     except (KeyError, TypeError, AttributeError) as exc:
         raise PayloadError(f"{event} payload is missing or mistypes {exc}") from None
+
+
+# -- which line of a comment is a command -----------------------------------------------------
+# GitHub renders comments as (GitHub-flavoured) CommonMark: a `/fastci` line that a reader sees
+# as code or as a quotation is not a command, one on any other line of the comment is.
+_FENCE = re.compile(r"^(`{3,}|~{3,})(.*)$")
+_BACKTICKS = re.compile(r"`+")
+_SETEXT = re.compile(r"^(=+|-+)\s*$")
+_LIST_ITEM = re.compile(r"^([-+*]|\d{1,9}[.)])(\s|$)")
+_ONE_LINE_BLOCK = re.compile(r"^(#{1,6}(\s|$)|([-*_])[ \t]*(\3[ \t]*){2,}$)")
+
+
+def command_line(body: str) -> str | None:
+    """The first line of ``body`` that is a ``/fastci`` command, stripped; None when none is.
+
+    Lines inside fenced (``` or ~~~) or indented code blocks, block quotes (their lazy
+    continuation lines too) and inline code spans are never commands."""
+    paragraph: list[str] = []
+    fence: tuple[str, int] | None = None
+    quoted_fence: tuple[str, int] | None = None
+    previous = "blank"  # blank | paragraph | heading | quote | quoted-block | code | fence
+    for raw in body.splitlines():
+        line = raw.expandtabs(4)
+        text = line.lstrip(" ")
+        if fence is not None:
+            if len(line) - len(text) < 4 and _closes(text, fence):
+                fence = None
+            continue
+        kind = _line_kind(text, len(line) - len(text), previous, paragraph)
+        if kind == "quote":
+            kind, quoted_fence = _quoted(text, quoted_fence)
+        else:
+            quoted_fence = None  # a fence in a block quote ends with the quote
+        if kind in ("line", "lazy", "setext"):
+            paragraph = [*paragraph, text] if kind == "line" else \
+                [] if kind == "setext" else paragraph
+            previous = {"line": "paragraph", "setext": "heading"}.get(kind, previous)
+            continue
+        if (found := _command_in(paragraph)) is not None:
+            return found
+        paragraph = [text] if kind == "item" else []
+        fence = _opens(text) if kind == "fence" else None
+        previous = "paragraph" if kind == "item" else kind
+    return _command_in(paragraph)
+
+
+def _line_kind(text: str, indent: int, previous: str, paragraph: list[str]) -> str:
+    """What a line (outside a fenced block) is, given what came before it: a line of the
+    current paragraph ("line"), a lazy line of a quote ("lazy"), a list item starting a
+    paragraph ("item"), the underline that makes the paragraph a heading ("setext"), or the
+    start of another block (blank, code, fence, heading, quote)."""
+    if not text.strip():
+        return "blank"
+    if indent >= 4:
+        return {"paragraph": "line", "quote": "lazy"}.get(previous, "code")
+    if _opens(text) is not None:
+        return "fence"
+    if previous == "paragraph" and _SETEXT.match(text) and not _LIST_ITEM.match(paragraph[0]):
+        return "setext"  # the paragraph was a heading's text
+    if _ONE_LINE_BLOCK.match(text):
+        return "heading"  # an ATX heading or a thematic break
+    if text.startswith(">"):
+        return "quote"
+    if _LIST_ITEM.match(text):
+        return "item"
+    return "lazy" if previous == "quote" else "line"
+
+
+def _opens(text: str) -> tuple[str, int] | None:
+    """The fence (character, length) a line opens, if it opens one."""
+    opening = _FENCE.match(text)
+    if opening is None or (opening.group(1)[0] == "`" and "`" in opening.group(2)):
+        return None
+    return opening.group(1)[0], len(opening.group(1))
+
+
+def _closes(text: str, fence: tuple[str, int]) -> bool:
+    closing = _FENCE.match(text.rstrip())
+    return closing is not None and closing.group(1)[0] == fence[0] and \
+        len(closing.group(1)) >= fence[1] and not closing.group(2).strip()
+
+
+def _quoted(text: str, fence: tuple[str, int] | None) -> tuple[str, tuple[str, int] | None]:
+    """What a block-quote line leaves open: "quote" when it ends in paragraph text (so the
+    next unquoted line continues it lazily), else "quoted-block"; and the fence open in it."""
+    inner = text
+    while inner.lstrip(" ").startswith(">"):
+        inner = inner.lstrip(" ")[1:]
+        inner = inner[1:] if inner.startswith(" ") else inner
+    content = inner.lstrip(" ")
+    if fence is not None:
+        return "quoted-block", None if _closes(content, fence) else fence
+    if (opened := _opens(content)) is not None:
+        return "quoted-block", opened
+    if not content.strip() or len(inner) - len(content) >= 4:
+        return "quoted-block", None
+    return "quote", None
+
+
+def _command_in(paragraph: list[str]) -> str | None:
+    """The first line of a paragraph that starts with the prefix outside an inline code span."""
+    text = "\n".join(paragraph)
+    spans = _code_spans(text)
+    start = 0
+    for line in paragraph:
+        inside = any(a < start < b for a, b in spans)
+        if not inside and _is_command(line):
+            return line.strip()
+        start += len(line) + 1
+    return None
+
+
+def _is_command(line: str) -> bool:
+    rest = line[len(COMMAND_PREFIX):]
+    return line.startswith(COMMAND_PREFIX) and (not rest or rest[0].isspace())
+
+
+def _code_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each inline code span: a backtick run up to the next run of the same
+    length (CommonMark); an unmatched run is literal text."""
+    runs = [m for m in _BACKTICKS.finditer(text)
+            if not (m.start() and text[m.start() - 1] == "\\")]
+    spans, i = [], 0
+    while i < len(runs):
+        closer = next((j for j in range(i + 1, len(runs))
+                       if len(runs[j].group()) == len(runs[i].group())), None)
+        if closer is None:
+            i += 1
+            continue
+        spans.append((runs[i].start(), runs[closer].end()))
+        i = closer + 1
+    return spans
 
 
 def _repo(payload: dict) -> str:
@@ -148,17 +286,28 @@ def _check_run(payload: dict) -> Work | Ignored:
     return Ignored(f"check_run {action}: nothing to do")
 
 
-def _issue_comment(payload: dict) -> Work | Ignored:
-    if payload["action"] != "created":
-        return Ignored(f"issue_comment {payload['action']}: only new comments are commands")
+def _issue_comment(payload: dict, allowed_bots: frozenset[str] = frozenset()) -> Work | Ignored:
+    action = payload["action"]
+    if action not in ("created", EDITED):
+        return Ignored(f"issue_comment {action}: only new comments are commands")
     issue, comment = payload["issue"], payload["comment"]
-    body = comment.get("body") or ""
-    if not body.lstrip().startswith(COMMAND_PREFIX):
+    line = command_line(comment.get("body") or "")
+    if line is None:
         return Ignored("the comment is not a /fastci command")
+    if action == EDITED:
+        before = ((payload.get("changes") or {}).get("body") or {}).get("from")
+        if isinstance(before, str) and command_line(before) == line:
+            return Ignored("an edit of a comment whose command was already read")
+    author = comment["user"]
+    if author.get("type") == "Bot" and author["login"].lower() not in allowed_bots:
+        return Ignored(f"{author['login']} is a bot; its comments are not commands unless "
+                       "FASTCI_ALLOWED_BOTS lists it")
     if "pull_request" not in issue:
         return Ignored("/fastci commands work on pull requests, not issues")
+    # An edit is never run: its Work only tells the writer so (commands.handle_command).
     return Work("command", _repo(payload), _installation(payload), number=int(issue["number"]),
-                comment_id=int(comment["id"]), sender=comment["user"]["login"], body=body[:2000])
+                comment_id=int(comment["id"]), sender=author["login"], body=line[:2000],
+                mode=EDITED if action == EDITED else "select")
 
 
 def _installation_event(payload: dict) -> Work | Ignored:

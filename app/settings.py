@@ -54,6 +54,8 @@ class AppSettings:
     queue_prefix: str = "fastci"
     gpus: int = 1  # GPU queues the selection shards over (one worker each)
     store: str | None = None  # FASTCI_STORE: a redis:// URL shares evidence across machines
+    allowed_bots: frozenset[str] = frozenset()
+    """FASTCI_ALLOWED_BOTS (comma-separated logins): bots whose comments are commands."""
 
     @property
     def store_path(self) -> Path | str:
@@ -104,4 +106,7 @@ def load(environ: dict | None = None) -> AppSettings:
         queue_prefix=env.get("FASTCI_QUEUE_PREFIX", AppSettings.queue_prefix),
         gpus=_int(env, "FASTCI_GPUS", AppSettings.gpus),
         store=env.get("FASTCI_STORE") or None,
+        allowed_bots=frozenset(name.strip().lower()
+                               for name in env.get("FASTCI_ALLOWED_BOTS", "").split(",")
+                               if name.strip()),
     )

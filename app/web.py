@@ -60,7 +60,7 @@ def create_app(settings: AppSettings | None = None, redis: Redis | None = None) 
             return answer(200, "pong", zen=payload.get("zen") if isinstance(payload, dict)
                           else None)
         try:
-            routed = events.route(event, payload)
+            routed = events.route(event, payload, settings.allowed_bots)
         except events.PayloadError as exc:
             return answer(422, str(exc))
         if isinstance(routed, events.Ignored):

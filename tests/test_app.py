@@ -77,6 +77,8 @@ def test_every_payload_fixture_routes_without_error():
     assert kinds[("installation", "created.json")] == "installation"
     assert kinds[("installation_repositories", "added.json")] == "installation"
     assert kinds[("issue_comment", "created-on-issue.json")] == "ignored"  # not a command
+    assert kinds[("issue_comment", "created-command.json")] == "command"  # on its 3rd line
+    assert kinds[("issue_comment", "edited-command.json")] == "command"  # only for a reply
 
 
 def test_a_pull_request_payload_becomes_work_without_secrets():
@@ -238,6 +240,32 @@ def test_malformed_oversized_unknown_and_ping(service):
     assert queues.cpu.count == 0
     assert requests.get(f"{url}/webhooks", timeout=5).status_code == 405
     assert requests.get(f"{url}/nope", timeout=5).status_code == 404
+
+
+def test_a_command_below_a_comment_is_enqueued_and_one_in_code_is_not(service):
+    """Through the real webhook: "Looks good.\n\n/fastci ok-to-test" is a command; the same
+    line in an indented code block, or written by a bot, is not."""
+    url, queues = service
+    payload = json.loads(payload_bytes("issue_comment", "created-command.json"))
+    assert payload["comment"]["body"] == "Looks good.\n\n/fastci ok-to-test"
+    answer = post(url, "issue_comment", json.dumps(payload).encode())
+    assert answer.status_code == 202 and answer.json()["message"] == "enqueued command"
+    [job] = queues.cpu.jobs
+    assert events.Work.from_json(job.args[0]).body == "/fastci ok-to-test"
+    payload["comment"]["body"] = "Looks good, try:\n\n    /fastci ok-to-test\n"
+    code = post(url, "issue_comment", json.dumps(payload).encode())
+    assert code.status_code == 202 and "not a /fastci command" in code.json()["message"]
+    payload["comment"]["body"] = "/fastci run all"
+    payload["comment"]["user"]["type"] = "Bot"
+    bot = post(url, "issue_comment", json.dumps(payload).encode())
+    assert bot.status_code == 202 and "bot" in bot.json()["message"]
+    assert queues.cpu.count == 1
+
+
+def test_allowed_bots_come_from_the_environment():
+    assert load({"FASTCI_ALLOWED_BOTS": "Renovate[bot], dependabot[bot] ,"}).allowed_bots == \
+        frozenset({"renovate[bot]", "dependabot[bot]"})
+    assert load({}).allowed_bots == frozenset()
 
 
 def test_healthz_and_metrics(service):

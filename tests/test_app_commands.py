@@ -6,12 +6,11 @@ from __future__ import annotations
 import uuid
 
 import pytest
-
 from conftest import LIBRARY, app_key_file, app_remote, redis_or_skip
 from fakegithub import FakeGitHub
 
 from fastci.app import jobs
-from fastci.app.events import Work
+from fastci.app.events import EDITED, Work
 
 REPO, INSTALLATION, APP_ID, NUMBER = "octo/calc", 41, 5150, 3
 
@@ -109,3 +108,21 @@ def test_explain_answers_with_the_selection(world):
     work, _ = command(fake, "/fastci explain tests/nope.py::test_x", "writer")
     jobs.handle(work.to_json(), "e2")
     assert "no test `tests/nope.py::test_x`" in replies(fake)[-1]
+
+
+def test_an_edited_comment_gets_a_reply_and_runs_nothing(world):
+    """A writer edits "Looks good." into a command: the job says edits are not commands and
+    enqueues nothing."""
+    fake, client, prefix, base, head = world
+    fake.add_pull(REPO, NUMBER, head_sha=head, base_sha=base)
+    fake.set_permission(REPO, "writer", "write")
+    comment = fake.add_comment(REPO, NUMBER, "Looks good.\n/fastci run all", user="writer")
+    work = Work("command", REPO, INSTALLATION, number=NUMBER, comment_id=comment,
+                sender="writer", body="/fastci run all", mode=EDITED)
+    assert jobs.handle(work.to_json(), "ed1") == {"command": "run-all", "allowed": True,
+                                                  "edited": True}
+    assert "edits are not commands" in replies(fake)[-1]
+    assert "`/fastci run all`" in replies(fake)[-1]
+    from rq import Queue
+
+    assert Queue(f"{prefix}-cpu", connection=client).count == 0
