@@ -213,3 +213,11 @@ def key_file(tmp_path: Path):
     keys, path = app_key_file(tmp_path)
     os.chmod(path, 0o600)
     return keys, path
+
+
+def acl_file(tmp: Path) -> Path:
+    """deploy/redis/users.acl with this test's passwords (`<PASSWORD>-<user>`)."""
+    source = Path(__file__).resolve().parents[2] / "deploy" / "redis" / "users.acl"
+    path = tmp / "users.acl"
+    path.write_text(source.read_text().replace(">CHANGE-ME-", f">{PASSWORD}-"))
+    return path

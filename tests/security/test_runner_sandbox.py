@@ -11,7 +11,8 @@ import uuid
 
 import pytest
 from attack_world import (APP_ID, INSTALLATION, NUMBER, PASSWORD, REPO, SANDBOX_USER,
-                          RedisServer, Runner, hostile_remote, key_file, skip_unless_sandbox)
+                          RedisServer, Runner, acl_file, hostile_remote, key_file,
+                          skip_unless_sandbox)
 from fakegithub import FakeGitHub
 
 from fastci.app import jobs
@@ -21,12 +22,18 @@ from fastci.app.queue import queue
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(params=["sandboxed"])
+@pytest.fixture(params=["sandboxed", "sandboxed, Redis ACL users"])
 def world(tmp_path, monkeypatch, request):
     skip_unless_sandbox()
-    server = RedisServer(tmp_path, "--requirepass", PASSWORD)
-    url = f"redis://:{PASSWORD}@127.0.0.1:{server.port}/0"
-    prefix = f"fastci-sec-{uuid.uuid4().hex[:8]}"
+    if "ACL" in request.param:  # deploy/'s users: the runner's cannot reach the cpu queue
+        server = RedisServer(tmp_path, "--aclfile", str(acl_file(tmp_path)))
+        url = f"redis://selection:{PASSWORD}-selection@127.0.0.1:{server.port}/0"
+        runner_url = f"redis://runner:{PASSWORD}-runner@127.0.0.1:{server.port}/0"
+        prefix = "fastci"  # the ACL file's; the server is the test's own
+    else:
+        server = RedisServer(tmp_path, "--requirepass", PASSWORD)
+        url = runner_url = f"redis://:{PASSWORD}@127.0.0.1:{server.port}/0"
+        prefix = f"fastci-sec-{uuid.uuid4().hex[:8]}"
     keys, key = key_file(tmp_path)
     marker = tmp_path.parent / f"hook-ran-{prefix}"
     workspace = tmp_path / "workspace"
@@ -53,8 +60,8 @@ def world(tmp_path, monkeypatch, request):
             # sandbox, not the environment's hygiene, is what keeps them from the tests.
             sandbox = {"FASTCI_SANDBOX_USER": SANDBOX_USER,
                        "FASTCI_SANDBOX_HIDE": os.path.expanduser("~")}
-            runner = Runner(tmp_path, {**os.environ, **(
-                sandbox if request.param == "sandboxed" else {})})
+            runner = Runner(tmp_path, {**os.environ, "FASTCI_REDIS_URL": runner_url, **(
+                sandbox if request.param.startswith("sandboxed") else {})})
             yield fake, server, url, prefix, base, head, marker, runner
     finally:
         if runner is not None:
