@@ -141,7 +141,8 @@ def explain(ctx, work: Work, pr, test_id: str) -> str:
     with workspace.worktree(mirror, pr.head.sha) as tree:
         engine = Engine(tree, ctx.settings.store_path,
                         settings=_base_settings(mirror, pr.base.sha))
-        planned = engine.plan(base=pr.base.sha, head=WORKTREE, prune=not fork)
+        # No pruning: it would replay the change's code next to the App's key.
+        planned = engine.plan(base=pr.base.sha, head=WORKTREE, prune=False)
     selection = planned.selection
     ids = [d.test_id for d in selection.decisions]
     match = test_id if test_id in ids else next(

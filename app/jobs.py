@@ -16,12 +16,12 @@ import os
 import socket
 import tempfile
 import time
-from dataclasses import dataclass, replace
+import uuid
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from redis import Redis
 from redis.exceptions import RedisError
-from rq import Queue
 from rq.exceptions import InvalidJobOperation
 from rq.job import Job
 
@@ -29,16 +29,19 @@ from fastci.runner import config as runner_config
 from fastci.runner.execution.coverage_delta import changed_lines, executed, report, statement_lines
 from fastci.runner.engine import Engine, audit_entry
 from fastci.runner.git import WORKTREE
-from fastci.runner.record.recorder import recording_from_json
+from fastci.runner.execution import validate
+from fastci.runner.execution.validate import InvalidResult
 from fastci.runner.selection.report import Decision, RunReport, TestResult
 from fastci.runner.execution.flaky import not_run
 from fastci.runner.execution.flaky import results as test_results
 from fastci.runner.execution.shard import split
-from fastci.runner.store import EvidenceStore, SqliteEvidenceStore, StoreError, open_store
+from fastci.runner.analysis.inventory import Inventories
+from fastci.runner.execution.carry import store_recording
+from fastci.runner.store import EvidenceStore, SqliteEvidenceStore, StoreError
 
 from . import checks, github, workspace
 from .events import RERUN_FAILED, RUN_ALL, Work
-from .queue import SEEN_TTL, Queues
+from .queue import SEEN_TTL, Queues, fetch, queue
 from .settings import AppSettings, load
 
 log = logging.getLogger("fastci.app")
@@ -53,6 +56,10 @@ class Context:
     queues: Queues
     gh: object  # github.Github for the installation
     repo: object  # github.Repository
+    requests: dict = field(default_factory=dict)
+    """job id -> the shard request this side enqueued: what a result is checked against
+    (never the job's arguments as Redis holds them, which a runner could rewrite)."""
+    origins: dict = field(default_factory=dict)  # job id -> the queue it was put on
 
     @classmethod
     def create(cls, work: Work, settings: AppSettings | None = None) -> "Context":
@@ -125,8 +132,9 @@ def run_pull_request(ctx: Context, work: Work, delivery: str = "") -> dict:
     with workspace.worktree(mirror, head_sha) as tree:
         settings = _base_settings(mirror, base_sha)
         engine = Engine(tree, ctx.settings.store_path, settings=settings)
-        # Pruning replays the change's code on this (credentialed) worker: never a fork's.
-        planned, store_problem = _plan(engine, base_sha, work.mode == "select" and not fork)
+        # Pruning replays the change's own code, and this worker holds the App's key: the
+        # App never prunes (replays run only where a developer runs FastCI on their tree).
+        planned, store_problem = _plan(engine, base_sha, prune=False)
         selection = planned.selection
         chosen = _chosen(selection, work.mode, engine)
         shadow = settings.mode == "shadow" and work.mode == "select"
@@ -140,25 +148,38 @@ def run_pull_request(ctx: Context, work: Work, delivery: str = "") -> dict:
         background = [d for d in chosen if d not in blocking]
         known = sorted({*(planned.snapshot.tests if planned.snapshot else ()),
                         *(d.test_id for d in selection.decisions)})
-        # With the shared store unreadable the tests still run, recording into scratch.
-        store_for_shards = str(ctx.settings.store_path) if store_problem is None else str(
-            ctx.settings.workspace / "scratch" / f"{head_sha[:12]}-{os.getpid()}.db")
-        request = {"mirror": str(mirror), "sha": head_sha, "known": known,
-                   "store": store_for_shards,
-                   "workspace": str(ctx.settings.workspace / "runner")}
+        # Runners get the commit as a bundle of its own objects, never the mirror, the
+        # store or a credential; they record into scratch and send the recording back.
+        request = {"sha": head_sha, "known": known}
         if background:
-            ids = _enqueue_shards(ctx, [background], request, background=True)
+            bundle = workspace.bundle(mirror, head_sha, ctx.settings.workspace / "bundles")
+            ids = _enqueue_shards(ctx, [background], {**request, "bundle": str(bundle)},
+                                  background=True)
             ctx.queues.cpu.enqueue("fastci.app.jobs.follow_background", work.to_json(),
-                                   head_sha, ids, key, job_timeout=SHARD_TIMEOUT)
+                                   head_sha, ids, key,
+                                   {i: ctx.requests[i] for i in ids},
+                                   job_timeout=SHARD_TIMEOUT)
         regressions = runs.open(checks.REGRESSIONS, head_sha, key,
                                 output=checks.regressions_output([], shards=0, shards_done=0,
                                                                  done=False))
         watch(ctx, work, regressions, RUN_DEADLINE)
         shards = split(blocking, ctx.settings.gpus)
-        ids = _enqueue_shards(ctx, shards, request)
-        results, recordings, collected = _follow(ctx, work, head_sha, ids, runs, regressions)
+        bundle = workspace.bundle(mirror, head_sha, ctx.settings.workspace / "bundles")
+        try:  # results are checked against inventories parsed here, from git's objects
+            with tempfile.TemporaryDirectory(prefix="fastci-check-") as tmp, \
+                    SqliteEvidenceStore(Path(tmp) / "inventories.db") as scratch:
+                check = Check(head_sha, planned.inputs.head_tree, Inventories(
+                    engine.repo, WORKTREE, planned.inputs.head_tree, scratch))
+                ids = _enqueue_shards(ctx, shards, {**request, "bundle": str(bundle)})
+                results, recordings, collected = _follow(ctx, work, head_sha, ids, runs,
+                                                         regressions, check=check)
+        finally:
+            bundle.unlink(missing_ok=True)
         if results is None:
             return {"status": "superseded", "head": head_sha}
+        if check.rejected and store_problem is None:
+            store_problem = "a shard's result failed validation (" + "; ".join(
+                check.rejected)[:500] + ")"
         coverage = audit = None
         if shadow:
             audit = audit_entry(RunReport(selection=selection, results=tuple(results)),
@@ -257,22 +278,39 @@ def _chosen(selection, mode: str, engine: Engine) -> list[Decision]:
     return selection.selected
 
 
+@dataclass
+class Check:
+    """What shards' results are validated against, all from the trusted side's git objects;
+    the reasons of any rejected."""
+
+    sha: str
+    head_tree: dict
+    inventories: object  # Mapping[str, FileBlocks]
+    rejected: list = field(default_factory=list)
+
+
+def shard_id(ctx: Context) -> str:
+    """Shard jobs' ids share a prefix, so the runners' Redis user may reach only them."""
+    return f"{ctx.queues.prefix}-shard-{uuid.uuid4().hex}"
+
+
 def _enqueue_shards(ctx: Context, shards: list[list[Decision]], request: dict,
                     background: bool = False) -> list[str]:
     ids = []
     for i, shard in enumerate(shards):
-        queue = ctx.queues.background if background else ctx.queues.gpu(i % ctx.settings.gpus)
-        job = queue.enqueue("fastci.runner.execution.shard.run_shard",
-                            {**request, "tests": [d.test_id for d in shard]},
-                            job_timeout=SHARD_TIMEOUT, result_ttl=SEEN_TTL,
-                            failure_ttl=SEEN_TTL,
-                            description=f"shard {i + 1}/{len(shards)} of {request['sha'][:12]}")
+        target = ctx.queues.background if background else ctx.queues.gpu(i % ctx.settings.gpus)
+        shard_request = {**request, "tests": [d.test_id for d in shard]}
+        job = target.enqueue("fastci.runner.execution.shard.run_shard", shard_request,
+                             job_id=shard_id(ctx), job_timeout=SHARD_TIMEOUT,
+                             result_ttl=SEEN_TTL, failure_ttl=SEEN_TTL,
+                             description=f"shard {i + 1}/{len(shards)} of {request['sha'][:12]}")
+        ctx.requests[job.id], ctx.origins[job.id] = shard_request, target.name
         ids.append(job.id)
     return ids
 
 
 def _follow(ctx: Context, work: Work, head_sha: str, ids: list[str], runs, run,
-            blocking: bool = True):
+            blocking: bool = True, check: Check | None = None):
     """Wait for the shards, publishing as each finishes; None if a newer head came. A shard
     whose worker died is run again (at most MAX_SHARD_RUNS times in all)."""
     pending, results, recordings, collected = list(ids), [], [], []
@@ -281,7 +319,7 @@ def _follow(ctx: Context, work: Work, head_sha: str, ids: list[str], runs, run,
     while pending:
         try:
             pending = _poll(ctx, work, head_sha, pending, total, runs, run, blocking,
-                            results, recordings, collected)
+                            results, recordings, collected, check)
             outage_since = None
         except RedisError as exc:  # Redis restarting: wait for it, the shards keep running
             outage_since = outage_since or time.monotonic()
@@ -299,7 +337,8 @@ REDIS_OUTAGE_LIMIT = 600
 
 
 def _poll(ctx: Context, work: Work, head_sha: str, pending: list[str], total: int, runs, run,
-          blocking: bool, results, recordings, collected) -> list[str] | None:
+          blocking: bool, results, recordings, collected, check: Check | None
+          ) -> list[str] | None:
     """One look at the pending shards; the ones still pending (None: superseded)."""
     for job_id in list(pending):
         again = _rerun_if_orphaned(ctx, job_id)
@@ -307,22 +346,22 @@ def _poll(ctx: Context, work: Work, head_sha: str, pending: list[str], total: in
             pending[pending.index(job_id)] = again
     if _superseded(ctx, work, head_sha):
         for job_id in pending:
-            Job.fetch(job_id, connection=ctx.redis).cancel()
+            fetch(job_id, ctx.redis).cancel()
         runs.update(run, conclusion="cancelled", output=github.CheckRunOutput(
             "Superseded by a newer push", "A newer commit was pushed to this pull "
             "request; its run replaces this one."))
         return None
     finished = []
     for job_id in pending:
-        job = Job.fetch(job_id, connection=ctx.redis)
+        job = fetch(job_id, ctx.redis)
         status = job.get_status(refresh=True)
         if status == "finished":
             finished.append(job_id)
-            shard = job.return_value()
-            _collect(shard, job, results, recordings, collected, blocking)
+            _collect(job.return_value(), ctx.requests[job_id], results, recordings,
+                     collected, blocking, check)
         elif status in ("failed", "stopped", "canceled"):
             finished.append(job_id)
-            tests = job.args[0]["tests"]
+            tests = ctx.requests[job_id]["tests"]
             results += not_run(tests, f"the shard running it {status}: {_job_error(job)}",
                                when="shard", blocking=blocking)
     if finished:
@@ -341,7 +380,7 @@ MAX_SHARD_RUNS = 3
 def _rerun_if_orphaned(ctx: Context, job_id: str) -> str | None:
     """A new job id if `job_id`'s worker died while running it (the shard is enqueued again,
     on the same queue, for any worker listening there), else None."""
-    job = Job.fetch(job_id, connection=ctx.redis)
+    job = fetch(job_id, ctx.redis)
     status = job.get_status(refresh=True)
     abandoned = status == "failed" and "abandoned" in (_job_error(job) or "").lower()
     if status != "started" and not abandoned:
@@ -352,11 +391,13 @@ def _rerun_if_orphaned(ctx: Context, job_id: str) -> str | None:
     if runs_so_far >= MAX_SHARD_RUNS:
         return None
     log.warning("shard %s lost its worker; running it again (%d)", job_id, runs_so_far + 1)
-    queue = Queue(job.origin, connection=ctx.redis)
-    again = queue.enqueue("fastci.runner.execution.shard.run_shard", job.args[0],
-                          job_timeout=SHARD_TIMEOUT, result_ttl=SEEN_TTL, failure_ttl=SEEN_TTL,
-                          meta={"shard_runs": runs_so_far + 1, "replaces": job_id},
-                          description=f"{job.description} (run again)")
+    request, origin = ctx.requests[job_id], ctx.origins[job_id]
+    again = queue(origin, ctx.redis).enqueue(
+        "fastci.runner.execution.shard.run_shard", request, job_id=shard_id(ctx),
+        job_timeout=SHARD_TIMEOUT, result_ttl=SEEN_TTL, failure_ttl=SEEN_TTL,
+        meta={"shard_runs": runs_so_far + 1, "replaces": job_id},
+        description=f"shard of {request['sha'][:12]} (run again)")
+    ctx.requests[again.id], ctx.origins[again.id] = request, origin
     try:
         job.cancel()
     except InvalidJobOperation as exc:  # it finished meanwhile: its result is not awaited
@@ -384,33 +425,55 @@ def _job_error(job: Job) -> str:
     return info.strip().splitlines()[-1][:300]
 
 
-def _collect(shard: dict, job: Job, results, recordings, collected, blocking: bool) -> None:
-    data = shard.get("recording")
-    if data is None:
-        results += not_run(job.args[0]["tests"],
-                           f"pytest exited {shard.get('exit_code')} before recording: "
-                           f"{shard.get('output_tail', '')[-300:]}", when="shard",
+def _collect(shard, request: dict, results, recordings, collected, blocking: bool,
+             check: Check) -> None:
+    """A finished shard's result, validated (`fastci.runner.execution.validate`) before
+    any use: one that fails is reported, its tests count as not run, and nothing of it is
+    stored."""
+    tests = request["tests"]
+    try:
+        recording, failures, ran, flaky, firsts = validate.shard(
+            shard, head_tree=check.head_tree, inventories=check.inventories,
+            planned=set(tests), sha=check.sha)
+    except InvalidResult as exc:
+        log.warning("rejected a shard's result for %s: %s", check.sha[:12], exc)
+        check.rejected.append(str(exc))
+        results += not_run(tests, f"the shard's result was rejected: {exc}", when="shard",
                            blocking=blocking)
         return
-    recording, failures = recording_from_json(data)
+    if recording is None:
+        tail = shard.get("output_tail") if isinstance(shard.get("output_tail"), str) else ""
+        results += not_run(tests, f"pytest exited {str(shard.get('exit_code'))[:20]} before "
+                                  f"recording: {tail[-300:]}", when="shard", blocking=blocking)
+        return
     recordings.append(recording)
-    collected += data.get("collected", list(recording.tests))
-    flaky_failures = shard.get("flaky_failures", {})
-    results += test_results(recording, failures,
-                            {t: flaky_failures.get(t) for t in shard.get("flaky", ())},
+    collected += ran
+    results += test_results(recording, failures, {t: firsts.get(t) for t in flaky},
                             blocking=blocking)
 
 
-def follow_background(work_json: dict, head_sha: str, ids: list[str], key: str = "") -> dict:
+def follow_background(work_json: dict, head_sha: str, ids: list[str], key: str = "",
+                      requests: dict | None = None) -> dict:
     """Publish the background dimensions' shards as their own, never-blocking check run."""
     work = Work.from_json(work_json)
     ctx = Context.create(work)
+    ctx.requests.update(requests or {})
+    ctx.origins.update({i: ctx.queues.background.name for i in ids})
+    mirror = workspace.mirror_path(ctx.settings.workspace, work.repo)
+    check = Check(head_sha, workspace.tree(mirror, head_sha), {})
     runs = github.CheckRuns(ctx.repo)
     run = runs.open(checks.BACKGROUND, head_sha, key or f"bg-{head_sha}",
                     output=checks.regressions_output([], shards=len(ids), shards_done=0,
                                                      done=False, blocking=False))
     watch(ctx, work, run, RUN_DEADLINE)
-    results, _, _ = _follow(ctx, work, head_sha, ids, runs, run, blocking=False)
+    try:
+        results, _, _ = _follow(ctx, work, head_sha, ids, runs, run, blocking=False,
+                                check=check)
+    finally:
+        for request in ctx.requests.values():
+            path = Path(request["bundle"])
+            if path.parent == ctx.settings.workspace / "bundles":
+                path.unlink(missing_ok=True)
     if results is None:
         return {"status": "superseded"}
     runs.update(run, conclusion=checks.conclusion(results, blocking=False),
@@ -477,54 +540,70 @@ def _coverage(engine: Engine, store: EvidenceStore, planned):
 # -- the default branch -----------------------------------------------------------------------------
 def refresh(ctx: Context, work: Work) -> dict:
     """A push to the default branch: the full run. It records the whole suite there (on a
-    GPU worker) and audits the selection: what FastCI would have selected for this push,
-    against what the full run found (`fastci audit`)."""
+    GPU worker, which sends the recording back), stores what passes validation, and audits
+    the selection: what FastCI would have selected for this push, against what the full run
+    found (`fastci audit`)."""
+    sha = validate.check_sha(work.head_sha)
     mirror = workspace.sync(ctx.settings.workspace, work.repo,
-                            ctx.settings.clone_url.format(repo=work.repo), [work.head_sha],
+                            ctx.settings.clone_url.format(repo=work.repo), [sha],
                             token=_token(ctx, work))
     would = None
-    with workspace.worktree(mirror, work.head_sha) as tree:
-        engine = Engine(tree, ctx.settings.store_path,
-                        settings=_base_settings(mirror, work.head_sha))
+    with workspace.worktree(mirror, sha) as tree:
+        engine = Engine(tree, ctx.settings.store_path, settings=_base_settings(mirror, sha))
         try:  # the evidence of the nearest ancestor: the previous push
-            would = engine.plan(base=None, head=WORKTREE, prune=True).selection
+            would = engine.plan(base=None, head=WORKTREE, prune=False).selection
         except (StoreError, ValueError) as exc:
-            log.warning("no selection to audit for %s: %s", work.head_sha[:12], exc)
-    job = ctx.queues.gpu(0).enqueue(
-        "fastci.runner.execution.shard.run_shard",
-        {"mirror": str(mirror), "sha": work.head_sha, "tests": [], "record_all": True,
-         "store": str(ctx.settings.store_path),
-         "workspace": str(ctx.settings.workspace / "runner")},
-        job_timeout=SHARD_TIMEOUT, result_ttl=SEEN_TTL, failure_ttl=SEEN_TTL,
-        description=f"record {work.repo}@{work.head_sha[:12]}")
-    status = _wait(ctx, job.id)
-    if status != "finished" or would is None or would.base is None:
-        return {"status": f"recording {status}", "job": job.id, "audited": False}
-    with open_store(ctx.settings.store_path) as store:
-        envs = store.snapshot_envs(work.head_sha)
-        if not envs:
-            return {"status": "recorded nothing", "job": job.id, "audited": False}
-        full = store.load_snapshot(work.head_sha, envs[0][0])
-        results = tuple(TestResult(t.test_id, t.outcome, t.duration, t.dimension)
-                        for t in full.tests.values())
-        entry = audit_entry(RunReport(selection=would, results=results), work.head_sha, "full")
-        store.add_audit(entry)
-    return {"status": "recorded", "job": job.id, "audited": True,
-            "missed": entry["missed"]}
+            log.warning("no selection to audit for %s: %s", sha[:12], exc)
+        bundle = workspace.bundle(mirror, sha, ctx.settings.workspace / "bundles")
+        request = {"sha": sha, "tests": [], "record_all": True, "bundle": str(bundle)}
+        target = ctx.queues.gpu(0)
+        try:
+            job = target.enqueue("fastci.runner.execution.shard.run_shard", request,
+                                 job_id=shard_id(ctx), job_timeout=SHARD_TIMEOUT,
+                                 result_ttl=SEEN_TTL, failure_ttl=SEEN_TTL,
+                                 description=f"record {work.repo}@{sha[:12]}")
+            ctx.requests[job.id], ctx.origins[job.id] = request, target.name
+            status, job_id = _wait(ctx, job.id)
+        finally:
+            bundle.unlink(missing_ok=True)
+        if status != "finished":
+            return {"status": f"recording {status}", "job": job_id, "audited": False}
+        head_tree = engine.repo.tree(sha)
+        with engine.open_store() as store:
+            try:
+                recording, _, _, _, _ = validate.shard(
+                    fetch(job_id, ctx.redis).return_value(), head_tree=head_tree,
+                    inventories=Inventories(engine.repo, sha, head_tree, store), planned=None,
+                    sha=sha)
+            except InvalidResult as exc:
+                log.warning("rejected the full run's result for %s: %s", sha[:12], exc)
+                return {"status": f"recording rejected: {exc}", "job": job_id,
+                        "audited": False}
+            if recording is None:
+                return {"status": "recorded nothing", "job": job_id, "audited": False}
+            store_recording(store, engine.repo, recording)
+            if would is None or would.base is None:
+                return {"status": "recorded", "job": job_id, "audited": False}
+            results = tuple(TestResult(t.test_id, t.outcome, t.duration, t.dimension)
+                            for t in recording.tests.values())
+            entry = audit_entry(RunReport(selection=would, results=results), sha, "full")
+            store.add_audit(entry)
+    return {"status": "recorded", "job": job_id, "audited": True, "missed": entry["missed"]}
 
 
-def _wait(ctx: Context, job_id: str, limit: float = SHARD_TIMEOUT) -> str:
-    """A job's final status, waiting out Redis restarts and re-running it if orphaned."""
+def _wait(ctx: Context, job_id: str, limit: float = SHARD_TIMEOUT) -> tuple[str, str]:
+    """A job's final status and id (a new one where it ran again), waiting out Redis
+    restarts and re-running it if orphaned."""
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         try:
             again = _rerun_if_orphaned(ctx, job_id)
             job_id = again or job_id
-            status = Job.fetch(job_id, connection=ctx.redis).get_status(refresh=True)
+            status = fetch(job_id, ctx.redis).get_status(refresh=True)
         except RedisError:
             time.sleep(1.0)
             continue
         if status in ("finished", "failed", "stopped", "canceled"):
-            return status
+            return status, job_id
         time.sleep(POLL)
-    return "timed out"
+    return "timed out", job_id

@@ -4,18 +4,83 @@ Queues: `<prefix>-cpu` (selection, publishing, commands), `<prefix>-gpu-<n>` (on
 test shards), `<prefix>-background` (convergence and perf shards, taken by GPU workers only
 when their own queue is empty). A delivery is claimed in Redis before it is enqueued and the
 claim is dropped if enqueueing fails, so a redelivery is never lost and never doubled.
+
+Every queue, job and worker here speaks JSON (`rq.serializers.JSONSerializer`), never pickle,
+and a job runs only if its function is one of `JOBS`: a job anyone else put on a queue (an
+unknown name, a bound method, a callback or a webhook) is refused and logged, never imported.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
+import logging
 import time
 
 from redis import Redis
 from rq import Queue
 from rq.job import Job
+from rq.serializers import JSONSerializer
+
+from fastci.runner.errors import FastCIError
 
 from .events import Work
+
+log = logging.getLogger("fastci.app")
+
+# The only functions a FastCI worker runs: job name -> (module, attribute).
+JOBS = {
+    "fastci.app.jobs.handle": ("fastci.app.jobs", "handle"),
+    "fastci.app.jobs.follow_background": ("fastci.app.jobs", "follow_background"),
+    "fastci.runner.execution.shard.run_shard": ("fastci.runner.execution.shard", "run_shard"),
+    "fastci.runner.execution.shard.pause": ("fastci.runner.execution.shard", "pause"),
+}
+
+
+class UnknownJob(FastCIError):
+    """A job whose function is not one of FastCI's: refused, never imported."""
+
+
+class FastCIJob(Job):
+    """An RQ job that is JSON on the wire and runs only an allowlisted FastCI function."""
+
+    def __init__(self, id: str | None = None, connection: Redis | None = None,
+                 serializer=None) -> None:
+        super().__init__(id, connection, serializer or JSONSerializer)
+
+    @property
+    def func(self):
+        name = self.func_name
+        if self.instance is not None or name not in JOBS:
+            log.error("refused job %s: %r is not a FastCI job", self.id, name)
+            raise UnknownJob(f"refused: {str(name)[:100]!r} is not a FastCI job")
+        module, attribute = JOBS[name]
+        return getattr(importlib.import_module(module), attribute)
+
+    def restore(self, raw_data):
+        """Callbacks and webhooks would be imported or called by name: FastCI sets none,
+        so any found on a job are dropped (and logged)."""
+        out = super().restore(raw_data)
+        if self._success_callback_name or self._failure_callback_name or \
+                self._stopped_callback_name or self.webhooks:
+            log.error("job %s carried callbacks or webhooks; dropped", self.id)
+        self._success_callback_name = self._failure_callback_name = None
+        self._stopped_callback_name = None
+        self.webhooks = []
+        return out
+
+
+def queue(name: str, redis: Redis) -> Queue:
+    """An RQ queue that speaks JSON and makes `FastCIJob`s."""
+    return Queue(name, connection=redis, job_class=FastCIJob, serializer=JSONSerializer)
+
+
+def fetch(job_id: str, redis: Redis) -> FastCIJob:
+    return FastCIJob.fetch(job_id, connection=redis, serializer=JSONSerializer)
+
+
+def exists(job_id: str, redis: Redis) -> bool:
+    return FastCIJob.exists(job_id, connection=redis)
 
 CLAIM_TTL = 60  # seconds a delivery is held while its job is enqueued
 SEEN_TTL = 7 * 24 * 3600  # GitHub keeps deliveries for redelivery about this long
@@ -25,11 +90,11 @@ JOB_TIMEOUT = 6 * 3600
 class Queues:
     def __init__(self, redis: Redis, prefix: str = "fastci", gpus: int = 1) -> None:
         self.redis, self.prefix, self.gpus = redis, prefix, gpus
-        self.cpu = Queue(f"{prefix}-cpu", connection=redis)
-        self.background = Queue(f"{prefix}-background", connection=redis)
+        self.cpu = queue(f"{prefix}-cpu", redis)
+        self.background = queue(f"{prefix}-background", redis)
 
     def gpu(self, index: int) -> Queue:
-        return Queue(f"{self.prefix}-gpu-{index}", connection=self.redis)
+        return queue(f"{self.prefix}-gpu-{index}", self.redis)
 
     def key(self, *parts: str) -> str:
         return ":".join((self.prefix, *parts))
@@ -77,8 +142,7 @@ class Queues:
                 head, old_id = json.loads(raw)
                 if head == work.head_sha:
                     continue
-                job = Job.fetch(old_id, connection=self.redis) if Job.exists(
-                    old_id, connection=self.redis) else None
+                job = fetch(old_id, self.redis) if exists(old_id, self.redis) else None
                 if job is not None and job.get_status(refresh=True) in ("queued", "deferred",
                                                                         "scheduled"):
                     job.cancel()

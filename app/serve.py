@@ -10,8 +10,10 @@ import logging
 import os
 
 from redis import Redis
-from rq import Queue, SimpleWorker
+from rq import SimpleWorker
+from rq.serializers import JSONSerializer
 
+from .queue import FastCIJob, queue
 from .settings import AppSettings, load
 
 
@@ -57,6 +59,7 @@ def work(gpu: int | None = None, cpu: bool = False, burst: bool = False,
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)  # before anything touches CUDA
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     redis = Redis.from_url(settings.redis_url)
-    queues = [Queue(n, connection=redis) for n in queue_names(settings, gpu, cpu)]
-    worker = SimpleWorker(queues, connection=redis, name=name)
+    queues = [queue(n, redis) for n in queue_names(settings, gpu, cpu)]
+    worker = SimpleWorker(queues, connection=redis, name=name, job_class=FastCIJob,
+                          serializer=JSONSerializer)
     return worker.work(burst=burst, with_scheduler=False)

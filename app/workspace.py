@@ -1,12 +1,15 @@
 """Local copies of the repositories the App serves: a bare mirror per repository, fetched with
 the installation token (passed to git through its environment, never on a command line), and
-throwaway worktrees of it for selection. GPU workers clone from the mirror's path, so no
-credential ever travels in a job.
+throwaway worktrees of it for selection. Mirrors are private to the selection worker: a GPU
+worker gets the commit it tests as a git bundle of that commit's objects (`bundle`), so no
+credential, no other branch and no path into the mirror ever travels in a job. No git hook
+ever runs here (`core.hooksPath=/dev/null` on every call).
 """
 
 from __future__ import annotations
 
 import base64
+import os
 import shutil
 import uuid
 from contextlib import contextmanager
@@ -19,11 +22,12 @@ from fastci.runner.git import END, GitError, run_git
 def _git(cwd: Path | None, *args: str, token: str | None = None, check: bool = True) -> str:
     """git without this process's credentials; the installation token, if any, goes in
     through git's environment as an HTTP header."""
-    env = {**scrubbed_environment(), "GIT_TERMINAL_PROMPT": "0"}
+    env = {**scrubbed_environment(), "GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_COUNT": "1",
+           "GIT_CONFIG_KEY_0": "core.hooksPath", "GIT_CONFIG_VALUE_0": os.devnull}
     if token:
         basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
-        env.update(GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0="http.extraHeader",
-                   GIT_CONFIG_VALUE_0=f"Authorization: Basic {basic}")
+        env.update(GIT_CONFIG_COUNT="2", GIT_CONFIG_KEY_1="http.extraHeader",
+                   GIT_CONFIG_VALUE_1=f"Authorization: Basic {basic}")
     return run_git(list(args), cwd, env=env, check=check).decode(errors="surrogateescape")
 
 
@@ -69,6 +73,32 @@ def worktree(mirror: Path, sha: str):
 def read_at(mirror: Path, sha: str, path: str) -> bytes | None:
     """A file's contents at `sha`, or None where it is not there."""
     try:
-        return run_git(["show", END, f"{sha}:{path}"], mirror, env=scrubbed_environment())
+        return _git(mirror, "show", END, f"{sha}:{path}").encode(errors="surrogateescape")
     except GitError:
         return None
+
+
+def tree(mirror: Path, sha: str) -> dict[str, str]:
+    """{path: blob sha} of a commit of the mirror."""
+    out = _git(mirror, "ls-tree", "-r", "-z", "--full-tree", END, sha)
+    entries = (e.split("\t", 1) for e in out.split("\0") if e)
+    return {path: info.split()[2] for info, path in entries if info.split()[1] == "blob"}
+
+
+def bundle(mirror: Path, sha: str, directory: Path) -> Path:
+    """A git bundle holding `sha` and its history (nothing else of the mirror), written for
+    one job; readable by runners, removed by whoever follows the job."""
+    if len(sha) != 40 or any(c not in "0123456789abcdef" for c in sha):
+        raise GitError(f"not a commit id: {sha[:60]!r}")
+    directory.mkdir(parents=True, exist_ok=True)
+    os.chmod(directory, 0o755)
+    name = uuid.uuid4().hex
+    path = directory / f"{sha[:12]}-{name}.bundle"
+    ref = f"refs/fastci/bundle/{name}"
+    _git(mirror, "update-ref", ref, sha)
+    try:
+        _git(mirror, "bundle", "create", "-q", str(path), ref)
+    finally:
+        _git(mirror, "update-ref", "-d", ref, check=False)
+    os.chmod(path, 0o644)
+    return path

@@ -54,7 +54,8 @@ def selection(tests: int, files: int, functions: int, repeat: int) -> tuple[floa
 
 def queues(workers: int, jobs: int, job_ms: float, redis_url: str) -> float:
     from redis import Redis
-    from rq import Queue
+
+    from fastci.app.queue import queue
 
     prefix = f"fastci-scale-{uuid.uuid4().hex[:8]}"
     redis = Redis.from_url(redis_url)
@@ -67,9 +68,10 @@ def queues(workers: int, jobs: int, job_ms: float, redis_url: str) -> float:
         proc.send_signal(signal.SIGSTOP)
     time.sleep(2.0)
     try:
-        targets = [Queue(f"{prefix}-gpu-{i}", connection=redis) for i in range(workers)]
-        for n in range(jobs):
-            targets[n % workers].enqueue("time.sleep", job_ms / 1000, result_ttl=60)
+        targets = [queue(f"{prefix}-gpu-{i}", redis) for i in range(workers)]
+        for n in range(jobs):  # workers run only FastCI's jobs: `pause` is the one that waits
+            targets[n % workers].enqueue("fastci.runner.execution.shard.pause", job_ms / 1000,
+                                         result_ttl=60)
         start = time.perf_counter()
         for proc in procs:
             proc.send_signal(signal.SIGCONT)

@@ -27,6 +27,7 @@ from fastci.app.signature import sign
 from fastci.demo import example_dir, load_changes
 from fastci.runner.errors import EXIT_PYTEST, FastCIError
 from fastci.runner.git import run_git
+from fastci.runner.store.redis import redacted
 
 REPO, INSTALLATION, APP_ID, NUMBER = "octo/tinyllm", 31, 9001, 7
 SECRET = "demo-webhook-secret"
@@ -82,7 +83,7 @@ class AppLoop:
         try:
             redis.Redis.from_url(self.redis_url, socket_connect_timeout=1).ping()
         except redis.exceptions.RedisError:
-            raise AppDemoError(f"no Redis answers at {self.redis_url}: start one "
+            raise AppDemoError(f"no Redis answers at {redacted(self.redis_url)}: start one "
                                "(`redis-server --daemonize yes`) or set FASTCI_REDIS_URL") from None
         changes = {c.name: c for c in load_changes(example_dir())}
         if self.change not in changes:

@@ -287,10 +287,10 @@ def test_a_newer_push_cancels_the_older_heads_queued_work(service):
     payload["pull_request"]["head"]["sha"] = "1" * 40
     second = post(url, "pull_request", json.dumps(payload).encode())
     assert first.status_code == second.status_code == 202
-    from rq.job import Job
+    from fastci.app.queue import fetch
 
-    old = Job.fetch(first.json()["job"], connection=queues.redis)
-    new = Job.fetch(second.json()["job"], connection=queues.redis)
+    old = fetch(first.json()["job"], queues.redis)
+    new = fetch(second.json()["job"], queues.redis)
     assert old.get_status() == "canceled"
     assert new.get_status() == "queued"
     assert queues.current_head("octo/widgets", 5) == "1" * 40

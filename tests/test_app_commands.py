@@ -71,9 +71,9 @@ def test_a_fork_waits_for_ok_to_test_from_a_writer(world):
     assert jobs.handle(work.to_json(), "d3")["allowed"] is True
     assert client.get(f"{prefix}:ok-to-test:{REPO}:{head}") == b"maintainer"
     assert f"approved `{head[:12]}`" in replies(fake)[-1]
-    from rq import Queue
+    from fastci.app.queue import queue
 
-    [queued] = Queue(f"{prefix}-cpu", connection=client).jobs
+    [queued] = queue(f"{prefix}-cpu", client).jobs
     assert Work.from_json(queued.args[0]).head_sha == head
 
 

@@ -116,13 +116,15 @@ def test_a_redelivered_or_retried_job_makes_one_set_of_check_runs(world):
 
 def test_a_worker_killed_mid_shard_has_its_shard_run_elsewhere(world):
     fake, client, prefix, base, head, workers = world
-    doomed = workers.start({"SLOW": "30"})  # its tests would take a minute
+    # its tests would take a minute (SLOW reaches them only because the runner allows it)
+    doomed = workers.start({"SLOW": "30", "FASTCI_SANDBOX_ENV": "SLOW"})
     outcome = {}
     thread = threading.Thread(target=lambda: outcome.update(
         jobs.handle(pull(head, base).to_json(), "delivery-kill")))
     thread.start()
-    from rq import Queue
     from rq.registry import StartedJobRegistry
+
+    from fastci.app.queue import queue
 
     deadline = time.time() + 60
     started = StartedJobRegistry(f"{prefix}-gpu-0", connection=client)
@@ -139,7 +141,7 @@ def test_a_worker_killed_mid_shard_has_its_shard_run_elsewhere(world):
     [regressions] = runs_by_name(fake)["FastCI regressions"]
     assert regressions["conclusion"] == "success"
     assert "**All 2 selected tests passed**" in regressions["output"]["summary"]
-    assert Queue(f"{prefix}-gpu-0", connection=client).count == 0
+    assert queue(f"{prefix}-gpu-0", client).count == 0
 
 
 def test_github_500s_and_rate_limits_are_retried_to_a_complete_run(world):
@@ -193,13 +195,14 @@ def test_shards_spread_over_several_runners(world, monkeypatch):
             stderr=subprocess.STDOUT, start_new_session=True))
     result = jobs.handle(pull(head, base).to_json(), "delivery-spread")
     assert result["status"] == "completed" and result["selected"] == 2
-    from rq.job import Job
     from rq.registry import FinishedJobRegistry
+
+    from fastci.app.queue import fetch
 
     pids = {}
     for gpu in range(3):
         for job_id in FinishedJobRegistry(f"{prefix}-gpu-{gpu}", connection=client).get_job_ids():
-            pids[gpu] = Job.fetch(job_id, connection=client).meta["pid"]
+            pids[gpu] = fetch(job_id, client).meta["pid"]
     assert len(pids) == 2 and len(set(pids.values())) == 2, (pids, result)  # two processes
     [regressions] = runs_by_name(fake)["FastCI regressions"]
     assert regressions["conclusion"] == "success"

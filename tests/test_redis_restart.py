@@ -64,7 +64,8 @@ def test_a_redis_restart_mid_run_still_ends_in_complete_check_runs(tmp_path, mon
                "FASTCI_CLONE_URL": str(tmp_path / "remote") + "/{repo}",
                "FASTCI_REDIS_URL": url, "FASTCI_GITHUB_URL": fake.url}
         try:
-            for args, extra in ((["--cpu"], {}), (["--gpu", "0"], {"SLOW": "3"})):
+            for args, extra in ((["--cpu"], {}), (["--gpu", "0"], {"SLOW": "3",
+                                                                "FASTCI_SANDBOX_ENV": "SLOW"})):
                 log = open(tmp_path / f"worker{len(procs)}.log", "w")
                 procs.append(subprocess.Popen(
                     [sys.executable, "-m", "fastci", "worker", *args], env={**env, **extra},

@@ -1,11 +1,13 @@
-"""Sharding by expected duration, the scrubbed test environment, the shard's checkout, and
-diff coverage."""
+"""Sharding by expected duration, the test environment (an allowlist), the shard's checkout
+from a bundle, and diff coverage."""
 
 from __future__ import annotations
 
 import pytest
 
 from fastci.runner.execution.coverage_delta import changed_lines, report, statement_lines
+from fastci.app.workspace import bundle
+from fastci.runner.execution.sandbox import Sandbox, environment
 from fastci.runner.execution.shard import checkout, scrubbed_environment, split
 from fastci.runner.git import GitError, Repo
 from fastci.runner.selection.report import Decision
@@ -30,7 +32,19 @@ def test_split_balances_expected_seconds_and_keeps_risk_order():
     assert split([], 2) == []
 
 
-def test_test_processes_never_see_credentials():
+def test_test_processes_get_only_allowlisted_variables(tmp_path):
+    env = environment(tmp_path, {
+        "PATH": "/bin", "CUDA_VISIBLE_DEVICES": "1", "LC_ALL": "C", "GITHUB_TOKEN": "x",
+        "FASTCI_REDIS_URL": "redis://:pw@h/0", "FASTCI_STORE": "redis://:pw@h/0",
+        "FASTCI_QUEUE_PREFIX": "p", "REDIS_URL": "redis://h", "SLOW": "1",
+        "PYTHONPATH": "/elsewhere"}, extra=("SLOW", "FASTCI_STORE"))
+    assert env.pop("HOME") == env.pop("TMPDIR") == str(tmp_path)
+    assert env == {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "1", "LC_ALL": "C", "SLOW": "1",
+                   "PYTHONNOUSERSITE": "1", "GIT_TERMINAL_PROMPT": "0",
+                   "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"}
+
+
+def test_git_and_tools_scrub_credentials():
     env = scrubbed_environment({
         "PATH": "/bin", "CUDA_VISIBLE_DEVICES": "1", "GITHUB_TOKEN": "x", "GH_TOKEN": "x",
         "FASTCI_APP_PRIVATE_KEY": "x", "FASTCI_WEBHOOK_SECRET": "x", "AWS_SECRET_ACCESS_KEY": "x",
@@ -52,18 +66,29 @@ def test_diff_coverage_counts_statements_not_blank_lines_or_docstrings():
     assert round(result.delta, 6) == 0.2
 
 
-def test_a_shard_checks_out_its_commit_and_never_reads_it_as_an_option(project, tmp_path):
-    # Without --end-of-options, `git fetch <mirror> --upload-pack=...` runs the command.
+def test_a_shard_checks_out_its_commit_from_a_bundle_and_never_reads_it_as_an_option(
+        project, tmp_path):
+    # Without validation, `git checkout --output=...`-like shas would reach git as options.
     project.write({"a.py": "x = 1\n"})
     sha = project.commit("base")
+    project.write({"b.py": "y = 2\n"})
+    project.git("checkout", "-q", "-b", "other")
+    other = project.commit("not in the bundle")
+    project.git("checkout", "-q", "-")
     out = tmp_path / "out"
     out.mkdir()
-    hostile = f"--upload-pack=touch {out / 'ran'}"
-    with pytest.raises(GitError):
-        checkout(str(project.root), hostile, tmp_path / "ws")
-    with pytest.raises(GitError):
-        checkout(hostile, sha, tmp_path / "ws")
+    path = bundle(project.root / ".git", sha, tmp_path / "bundles")
+    sandbox = Sandbox()
+    for n, hostile in enumerate([f"--output={out / 'ran'}", "HEAD", sha[:12]]):
+        home = tmp_path / f"bad{n}"
+        home.mkdir()
+        with pytest.raises(GitError):
+            checkout(sandbox, path, hostile, home)
     assert list(out.iterdir()) == []
-    root = checkout(str(project.root), sha, tmp_path / "ws")
+    home = tmp_path / "home"
+    home.mkdir()
+    root = checkout(sandbox, path, sha, home)
     assert (root / "a.py").read_text() == "x = 1\n"
     assert Repo(root).resolve("HEAD") == sha
+    with pytest.raises(GitError):  # the bundle holds that commit's history, no other branch
+        Repo(root).resolve(other)

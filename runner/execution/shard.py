@@ -2,16 +2,18 @@
 
 `split` is pure: longest expected duration first onto the least-loaded shard (LPT), each
 shard keeping the selection's risk order. `run_shard` is the RQ job a GPU worker runs: it
-checks out a commit from a mirror path (no credentials travel in the job), runs its tests
-through pytest with FastCI recording, in a scrubbed environment, and returns what pytest
-recorded. It knows nothing of GitHub.
+checks out a commit from the git bundle the selection side wrote for the job (no mirror, no
+credentials, no store travel in the job), runs its tests through pytest with FastCI
+recording, as the sandbox user with an allowlisted environment, and returns what pytest
+recorded as JSON. It knows nothing of GitHub.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -20,13 +22,16 @@ import time
 from pathlib import Path
 
 from fastci.runner.execution import flaky
-from fastci.runner.git import END, run_git
+from fastci.runner.execution.sandbox import Sandbox
+from fastci.runner.git import GitError
 from fastci.runner.selection.plan import make_plan
 from fastci.runner.selection.report import Decision
 
 # Never handed to a test process: GitHub credentials, the App's key, the webhook secret.
 SCRUBBED_PREFIXES = ("GITHUB_", "GH_", "FASTCI_APP_", "FASTCI_WEBHOOK_", "ACTIONS_")
 SCRUBBED_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PRIVATE_KEY")
+SHA = re.compile(r"[0-9a-f]{40}\Z")
+MAX_RECORDING_BYTES = 64 * 2**20
 
 
 def split(decisions: list[Decision], shards: int) -> list[list[Decision]]:
@@ -49,30 +54,32 @@ def scrubbed_environment(environ: dict | None = None) -> dict:
             and not any(word in k.upper() for word in SCRUBBED_WORDS)}
 
 
-def checkout(mirror: str, sha: str, workspace: Path) -> Path:
-    """A worktree at `sha`, from a clone of `mirror` cached in `workspace`."""
-    # One checkout per worker: workers on one machine share the workspace, and two shards
-    # checking out into one folder would trample each other.
-    device = os.environ.get("CUDA_VISIBLE_DEVICES")
-    owner = f"gpu{device}" if device else f"pid{os.getpid()}"
-    name = hashlib.sha1(mirror.encode()).hexdigest()[:16]
-    root = workspace / "checkouts" / f"{name}-{owner}"
-    if not (root / ".git").exists():
-        root.parent.mkdir(parents=True, exist_ok=True)
-        _git(None, "clone", "-q", "--no-checkout", END, mirror, str(root))
-    if _git(root, "cat-file", "-t", END, sha, check=False).strip() != "commit":
-        _git(root, "fetch", "-q", END, mirror, sha)
-    # `git checkout` (2.39) reads --end-of-options as a path: it is handed a full sha.
-    commit = _git(root, "rev-parse", "--verify", END, f"{sha}^{{commit}}").strip()
-    _git(root, "checkout", "-q", "--force", "--detach", commit)
-    _git(root, "clean", "-q", "-fdx", "-e", ".fastci")
-    return root
+def runner_dir() -> Path:
+    """Where a runner keeps its jobs' folders: FASTCI_RUNNER_DIR, else a folder of the
+    worker's in the temporary directory. Mode 0711: the sandbox reaches its own job's folder
+    by name, and can list no other."""
+    path = Path(os.environ.get("FASTCI_RUNNER_DIR")
+                or Path(tempfile.gettempdir()) / f"fastci-runner-{os.getuid()}")
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o711)
+    return path
 
 
-def _git(cwd: Path | None, *args: str, check: bool = True) -> str:
-    """git without credentials: the scrubbed environment, and never a prompt."""
-    env = {**scrubbed_environment(), "GIT_TERMINAL_PROMPT": "0"}
-    return run_git(list(args), cwd, env=env, check=check).decode(errors="surrogateescape")
+def checkout(sandbox: Sandbox, bundle: Path, sha: str, home: Path) -> Path:
+    """`sha` checked out of a git bundle into `home`/tree, by the sandbox user: the checkout
+    is the sandbox's, and no hook in it ever runs as the worker (hooks are off as well)."""
+    if not SHA.match(str(sha)):
+        raise GitError(f"not a commit id: {str(sha)[:60]!r}")
+    tree = home / "tree"
+    for args in (["init", "-q", "--", str(tree)],
+                 ["-C", str(tree), "fetch", "-q", "--no-tags", "--", str(bundle),
+                  "+refs/*:refs/bundle/*"],
+                 ["-C", str(tree), "checkout", "-q", "--detach", sha]):
+        proc = sandbox.run(["git", "-c", "core.hooksPath=/dev/null", *args], cwd=home,
+                           home=home)
+        if proc.returncode != 0:
+            raise GitError(f"git {args[2 if args[0] == '-C' else 0]} failed: {proc.stderr.strip()[-300:]}")
+    return tree
 
 
 def _mark_running() -> None:
@@ -88,48 +95,93 @@ def _mark_running() -> None:
 
 
 def run_shard(request: dict) -> dict:
-    """Run one shard. request: mirror, sha, tests (ids in order), known (every id the plan
-    may see), store, workspace, and optionally pytest_args and record_all.
+    """Run one shard. request: bundle (a git bundle holding the commit), sha, tests (ids in
+    order), known (every id the plan may see), and optionally pytest_args and record_all.
 
-    A test that fails is run once more before it counts: if it passes then, it is flaky
-    (listed in `flaky`, its passing record kept, its first failure in `flaky_failures`)."""
+    pytest runs in the sandbox (`sandbox.py`) and records into a scratch store in the job's
+    folder, never the shared one; what it recorded comes back as JSON, which the selection
+    side validates and stores. A test that fails is run once more before it counts: if it
+    passes then, it is flaky (listed in `flaky`, its passing record kept, its first failure in
+    `flaky_failures`)."""
     started = time.time()
     _mark_running()
-    workspace = Path(request["workspace"])
-    root = checkout(request["mirror"], request["sha"], workspace)
-    with tempfile.TemporaryDirectory(prefix="fastci-shard-") as tmp:
+    sandbox = Sandbox.from_env()
+    job = Path(tempfile.mkdtemp(prefix="job-", dir=runner_dir()))
+    os.chmod(job, 0o755)
+    home = job / "work"
+    try:
+        bundle = job / "commit.bundle"
+        try:
+            shutil.copyfile(request["bundle"], bundle)
+        except OSError as exc:
+            raise GitError(f"the commit's bundle cannot be read ({exc.strerror})") from None
+        os.chmod(bundle, 0o644)
+        home.mkdir()
+        sandbox.give(home)
+        root = checkout(sandbox, bundle, request["sha"], home)
         if request.get("record_all"):
-            proc = _pytest(root, request, [], Path(tmp), record_all=True)
-            return {"sha": request["sha"], "exit_code": proc.returncode, "recording": None,
+            proc = _pytest(sandbox, root, job, home, request, None, "all")
+            recording, problem = _read(home, "all")
+            return {"sha": request["sha"], "exit_code": proc.returncode,
+                    "recording": recording, "problem": problem,
                     "output_tail": (proc.stdout + proc.stderr)[-4000:],
                     "seconds": time.time() - started, "worker_pid": os.getpid()}
-        proc = _pytest(root, request, request["tests"], Path(tmp) / "first")
-        recording = _read(Path(tmp) / "first")
+        proc = _pytest(sandbox, root, job, home, request, request["tests"], "first")
+        recording, problem = _read(home, "first")
         flaky_failures: dict = {}
         failed = flaky.failed_ids(recording)
         if recording is not None and failed:
-            _pytest(root, request, failed, Path(tmp) / "again")
-            recording, flaky_failures = flaky.confirm(recording, _read(Path(tmp) / "again"))
+            _pytest(sandbox, root, job, home, request, failed, "again")
+            recording, flaky_failures = flaky.confirm(recording, _read(home, "again")[0])
+    finally:
+        _clean(sandbox, job, home)
     return {"sha": request["sha"], "exit_code": proc.returncode, "recording": recording,
-            "flaky": sorted(flaky_failures), "flaky_failures": flaky_failures,
+            "problem": problem, "flaky": sorted(flaky_failures),
+            "flaky_failures": flaky_failures,
             "output_tail": (proc.stdout + proc.stderr)[-4000:],
             "seconds": time.time() - started, "worker_pid": os.getpid()}
 
 
-def _pytest(root: Path, request: dict, tests: list[str], tmp: Path,
-            record_all: bool = False) -> subprocess.CompletedProcess:
-    tmp.mkdir(parents=True, exist_ok=True)
+def pause(seconds: float) -> None:
+    """A job that only waits (at most a minute): what `bench/scale.py` measures queues with."""
+    time.sleep(max(0.0, min(float(seconds), 60.0)))
+
+
+def _pytest(sandbox: Sandbox, root: Path, job: Path, home: Path, request: dict,
+            tests: list[str] | None, name: str) -> subprocess.CompletedProcess:
+    """pytest in the sandbox, recording into a scratch store in `home`; with `tests` None,
+    the whole suite."""
     args = [sys.executable, "-m", "pytest", f"--rootdir={root}", "-p", "no:cacheprovider",
-            "--fastci-record", f"--fastci-store={request['store']}"]
-    if not record_all:
-        plan = tmp / "plan.json"
+            "--fastci-record", f"--fastci-store={home / f'scratch-{name}.db'}",
+            f"--fastci-out={home / f'{name}.json'}"]
+    if tests is not None:
+        plan = job / f"plan-{name}.json"
         plan.write_text(json.dumps(make_plan(tests, request.get("known", []), only=True)))
-        args += [f"--fastci-plan={plan}", f"--fastci-out={tmp / 'recording.json'}"]
+        os.chmod(plan, 0o644)
+        args.append(f"--fastci-plan={plan}")
     args += list(request.get("pytest_args", ()))
-    return subprocess.run(args, cwd=root, env=scrubbed_environment(), capture_output=True,
-                          text=True)
+    return sandbox.run(args, cwd=root, home=home)
 
 
-def _read(tmp: Path) -> dict | None:
-    out = tmp / "recording.json"
-    return json.loads(out.read_text()) if out.exists() else None
+def _read(home: Path, name: str) -> tuple[dict | None, str | None]:
+    """The recording pytest wrote (None, with the reason, when there is none to use)."""
+    out = home / f"{name}.json"
+    try:
+        size = out.stat().st_size
+        if size > MAX_RECORDING_BYTES:
+            return None, f"the recording is {size} bytes, over {MAX_RECORDING_BYTES}"
+        return json.loads(out.read_text()), None
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as exc:
+        return None, f"the recording cannot be read: {exc}"[:300]
+
+
+def _clean(sandbox: Sandbox, job: Path, home: Path) -> None:
+    """Remove the job's folder; what the sandbox wrote there, the sandbox removes."""
+    if sandbox.user is not None and home.exists():
+        try:
+            sandbox.run(["rm", "-rf", "--", str(home)], cwd=job, home=home, timeout=300)
+        except (OSError, subprocess.SubprocessError):
+            pass
+    shutil.rmtree(job, ignore_errors=True)

@@ -181,6 +181,7 @@ class _Replays:
         self.new: dict[str, dict] = {}
         self.overrides: dict[str, dict] = {}
         self.missing: set[str] = set()
+        self.corrupt: set[str] = set()  # stored bytes that do not hash to their digest
 
     def run(self, digests: list[str], classes: list, sys_path: list[str],
             envs: dict[str, dict] | None = None) -> None:
@@ -204,6 +205,9 @@ class _Replays:
             data = self.store.load_capture(digest)
             if data is None:
                 self.missing.add(digest)
+                continue
+            if hashlib.sha256(data).hexdigest() != digest:  # content-addressed: verified
+                self.corrupt.add(digest)
                 continue
             blobs[digest] = self.tmp / "captures" / digest
             blobs[digest].parent.mkdir(exist_ok=True)
@@ -272,6 +276,9 @@ def _judge(cand: Candidate, replays: _Replays, tolerance: bool) -> tuple[str | N
         name = cand.modules[digest].rsplit(".", 1)[-1]
         if digest in replays.missing:
             return f"the saved {name} call is missing from the store", {}
+        if digest in replays.corrupt:
+            return (f"the saved {name} call does not match its digest "
+                    f"{digest[:12]} (never loaded)"), {}
         before, after = replays.old.get(digest), replays.new.get(digest)
         if before is None or after is None:
             return f"{name} was not replayed", {}

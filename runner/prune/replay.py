@@ -199,7 +199,7 @@ def _compare(kept: dict, before_path: str) -> dict:
 
     if not os.path.exists(before_path):
         return {"*": "the earlier replay kept no tensors"}
-    before = torch.load(before_path, weights_only=False)
+    before = torch.load(before_path, weights_only=True)  # plain tensors: no pickle code
     out = {}
     for path in sorted(set(before) | set(kept)):
         a, b = kept.get(path), before.get(path)

@@ -55,6 +55,16 @@ def _bytes(value: object) -> bytes:
     return value
 
 
+def redacted(url: str) -> str:
+    """A Redis URL fit for a message or a log: its password (and user) replaced by ***."""
+    parts = urlsplit(str(url))
+    if parts.password is None and parts.username is None:
+        return str(url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return urlunsplit(parts._replace(netloc=f"***@{host}{port}"))
+
+
 class RedisEvidenceStore:
     """The `EvidenceStore` in Redis, shared by a fleet."""
 
@@ -65,12 +75,13 @@ class RedisEvidenceStore:
         query = parse_qs(parts.query)
         self.prefix = (query.pop("prefix", ["fastci:evidence"])[0]).rstrip(":")
         self.url = urlunsplit(parts._replace(query=""))
+        self.shown = redacted(self.url)  # what messages name: never the password
         self._r = client or redis.Redis.from_url(self.url, socket_timeout=10,
                                                  socket_connect_timeout=5)
         try:
             self._check_version(create)
         except redis.RedisError as exc:
-            raise StoreError(f"evidence store {self.url} is unreachable: {exc}") from None
+            raise StoreError(f"evidence store {self.shown} is unreachable: {exc}") from None
 
     def _version(self) -> str | None:
         raw = self._r.get(self._k("schema_version"))
@@ -83,12 +94,12 @@ class RedisEvidenceStore:
         found = self._version()
         if found is None:
             if not create:
-                raise StoreError(f"no FastCI evidence under {self.prefix!r} in {self.url}")
+                raise StoreError(f"no FastCI evidence under {self.prefix!r} in {self.shown}")
             self._r.set(self._k("schema_version"), SCHEMA_VERSION, nx=True)
             return
         version = int(found) if found != "unknown" else 0  # unreadable: older than any
         if version > SCHEMA_VERSION:
-            raise newer_version_error(f"{self.url} under {self.prefix!r}", found)
+            raise newer_version_error(f"{self.shown} under {self.prefix!r}", found)
         if version < SCHEMA_VERSION:
             self._move_aside(found)
 
@@ -105,7 +116,7 @@ class RedisEvidenceStore:
                 if self._version() == str(SCHEMA_VERSION):
                     return
                 time.sleep(0.1)
-            raise StoreError(f"the evidence in {self.url} under {self.prefix!r} is being moved "
+            raise StoreError(f"the evidence in {self.shown} under {self.prefix!r} is being moved "
                              "aside by another FastCI (an older schema version); try again")
         if self._version() != found:  # another process moved it between our read and the lock
             self._r.delete(lock)
@@ -138,7 +149,7 @@ class RedisEvidenceStore:
             if self._r.get(lock) == token.encode():
                 self._r.delete(lock)  # let the next process try again at once
             raise
-        print(older_version_message(f"{self.url} under {self.prefix!r}", found,
+        print(older_version_message(f"{self.shown} under {self.prefix!r}", found,
                                     f"prefix {aside!r}"), file=sys.stderr)
 
     def _k(self, *parts: str) -> str:
@@ -245,7 +256,7 @@ class RedisEvidenceStore:
             return None
         tree = self._get_many("tree", [meta["tree"]]).get(meta["tree"])
         if tree is None:
-            raise StoreError(f"the evidence of {commit[:12]} in {self.url} lost its tree; "
+            raise StoreError(f"the evidence of {commit[:12]} in {self.shown} lost its tree; "
                              "record again")
         rows = {_bytes(t).decode(): json.loads(_bytes(v))
                 for t, v in self._r.hgetall(key + ":tests").items()}

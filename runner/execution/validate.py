@@ -1,0 +1,221 @@
+"""Checking what a runner sent back before the trusted side uses any of it.
+
+A shard's recording is written by the code under test, so it is data from an adversary: the
+selection side takes from it only what it can check, and rebuilds the rest from git objects.
+The tree is the head commit's (from git, never the recording's), test ids must be ones the
+plan sent, paths must be in the head tree, sizes and counts are bounded, blocks and kernel
+hashes are recomputed from the trusted side's own inventories of the head's blobs, file
+hashes are the head tree's, and module captures are dropped (their bytes never reach the
+trusted side). Anything malformed raises `InvalidResult` with the reason; nothing of it is
+stored.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+
+from fastci.runner.analysis.environment import Environment
+from fastci.runner.analysis.inventory import kernel_hashes
+from fastci.runner.errors import FastCIError
+from fastci.runner.evidence import TestRecord
+from fastci.runner.record.recorder import Recording
+
+OUTCOMES = ("passed", "failed", "skipped", "error")
+MAX_TESTS = 200_000
+MAX_TEXT = 4000
+MAX_ID = 2000
+MAX_ITEMS = 100_000  # paths, lines per path, files, markers... per test
+MAX_LINE = 10_000_000
+DIMENSION = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
+SHA = re.compile(r"[0-9a-f]{40}\Z")
+ENV_FIELDS = ("python", "torch", "triton", "cuda", "gpu", "platform", "lock_hash")
+
+
+class InvalidResult(FastCIError):
+    """A runner's result that fails validation: reported, never stored."""
+
+
+def _fail(why: str):
+    raise InvalidResult(why[:300])
+
+
+def _text(value, what: str, limit: int = MAX_TEXT) -> str:
+    if not isinstance(value, str) or len(value) > limit:
+        _fail(f"{what} is not a string of at most {limit} characters")
+    return value
+
+
+def _list(value, what: str, limit: int = MAX_ITEMS) -> list:
+    if not isinstance(value, list) or len(value) > limit:
+        _fail(f"{what} is not a list of at most {limit} items")
+    return value
+
+
+def _dict(value, what: str, limit: int = MAX_ITEMS) -> dict:
+    if not isinstance(value, dict) or len(value) > limit:
+        _fail(f"{what} is not a mapping of at most {limit} entries")
+    return value
+
+
+def _number(value, what: str, optional: bool = False) -> float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not math.isfinite(value) or value < 0:
+        _fail(f"{what} is not a non-negative number")
+    return float(value)
+
+
+def _relative(value, what: str) -> str:
+    path = _text(value, what, 1000)
+    if path.startswith(("/", "-")) or ".." in path.split("/") or "\0" in path:
+        _fail(f"{what} {path[:80]!r} is not a repository-relative path")
+    return path
+
+
+def check_sha(value) -> str:
+    if not isinstance(value, str) or not SHA.match(value):
+        _fail(f"{str(value)[:60]!r} is not a 40-hex commit id")
+    return value
+
+
+def recording(data, *, head_tree: Mapping[str, str], inventories: Mapping,
+              planned: set[str] | None) -> tuple[Recording, dict, list[str]]:
+    """(the recording, its failures, the ids collected), checked against the head tree and
+    the plan (`planned` None: a full run, any test of a file in the head tree)."""
+    data = _dict(data, "the recording", 64)
+    tests: dict[str, TestRecord] = {}
+    for raw in _list(data.get("tests"), "tests", MAX_TESTS):
+        record = _test(raw, head_tree, inventories, planned)
+        if record.test_id in tests:
+            _fail(f"test {record.test_id[:200]!r} is reported twice")
+        tests[record.test_id] = record
+    failures = {}
+    for test_id, failure in _dict(data.get("failures", {}), "failures").items():
+        if test_id not in tests:
+            _fail(f"a failure of {str(test_id)[:200]!r}, which did not run")
+        failures[test_id] = _failure(failure, head_tree)
+    collected = [_test_id(t, head_tree, None) for t in
+                 _list(data.get("collected", list(tests)), "collected", MAX_TESTS)]
+    order = [t for t in _list(data.get("order", []), "order", MAX_TESTS) if t in tests]
+    env = _dict(data.get("environment"), "environment", 16)
+    if set(env) - set(ENV_FIELDS):
+        _fail("the environment has unknown fields")
+    environment = Environment(**{k: (None if env.get(k) is None
+                                     else _text(env.get(k), f"environment.{k}", 200))
+                                 for k in ENV_FIELDS if k in env or k != "lock_hash"})
+    import_time: dict[str, dict[str, list[str]]] = {}
+    for path, qualnames in _dict(data.get("import_time", {}), "import_time").items():
+        fb = inventories.get(path) if path in head_tree else None
+        if fb is None:
+            continue
+        known = fb.by_qualname()
+        for qualname, origins in _dict(qualnames, "import_time entries").items():
+            if qualname in known:
+                import_time.setdefault(path, {})[qualname] = sorted(
+                    _text(o, "an import origin", MAX_ID) for o in _list(origins, "origins"))
+    session_files = _files(data.get("session_files", {}), head_tree)
+    rec = Recording(tree=dict(head_tree), environment=environment, tests=tests,
+                    import_time=import_time, session_files=session_files,
+                    first_failure_at=_number(data.get("first_failure_at"), "first_failure_at",
+                                             optional=True),
+                    started_at=_number(data.get("started_at", 0.0), "started_at"),
+                    finished_at=_number(data.get("finished_at", 0.0), "finished_at"),
+                    order=order)
+    return rec, failures, collected
+
+
+def _test_id(value, head_tree: Mapping[str, str], planned: set[str] | None) -> str:
+    test_id = _text(value, "a test id", MAX_ID)
+    if planned is not None:
+        if test_id not in planned:
+            _fail(f"test {test_id[:200]!r} was not in the plan")
+    elif _relative(test_id.split("::", 1)[0], "a test's file") not in head_tree:
+        _fail(f"test {test_id[:200]!r} is not in a file of the head commit")
+    return test_id
+
+
+def _test(raw, head_tree, inventories, planned) -> TestRecord:
+    raw = _dict(raw, "a test", 64)
+    test_id = _test_id(raw.get("test_id"), head_tree, planned)
+    outcome = raw.get("outcome")
+    if outcome not in OUTCOMES:
+        _fail(f"test {test_id[:200]!r} has outcome {str(outcome)[:40]!r}")
+    lines: dict[str, tuple[int, ...]] = {}
+    for path, numbers in _dict(raw.get("lines") or {}, "lines").items():
+        if _relative(path, "a covered path") not in head_tree:
+            _fail(f"covered path {path[:200]!r} is not in the head commit")
+        numbers = _list(numbers, f"lines of {path[:100]}")
+        if not all(isinstance(n, int) and not isinstance(n, bool) and 0 < n < MAX_LINE
+                   for n in numbers):
+            _fail(f"lines of {path[:100]!r} are not line numbers")
+        lines[path] = tuple(sorted(set(numbers)))
+    blocks: dict[str, set[str]] = {}
+    for path, numbers in lines.items():
+        fb = inventories.get(path)
+        if fb is not None:
+            blocks[path] = {fb.owner_of(n) for n in numbers}
+    launched = set()
+    for key in _dict(raw.get("kernels") or {}, "kernels"):
+        path, _, qualname = _text(key, "a kernel", MAX_ID).partition("::")
+        fb = inventories.get(path) if path in head_tree else None
+        if fb is not None and qualname in fb.by_qualname():
+            launched.add(key)
+            blocks.setdefault(path, set()).add(qualname)
+    markers = tuple(_text(m, "a marker", 200) for m in _list(raw.get("markers", []), "markers"))
+    dimension = raw.get("dimension", "correctness")
+    if not isinstance(dimension, str) or not DIMENSION.match(dimension):
+        _fail(f"test {test_id[:200]!r} has dimension {str(dimension)[:40]!r}")
+    peak = raw.get("peak_memory", 0)
+    if isinstance(peak, bool) or not isinstance(peak, int) or peak < 0:
+        _fail(f"test {test_id[:200]!r} has peak memory {str(peak)[:40]!r}")
+    if not isinstance(raw.get("cuda", False), bool):
+        _fail(f"test {test_id[:200]!r}: cuda is not true or false")
+    return TestRecord(
+        test_id=test_id, outcome=outcome, duration=_number(raw.get("duration"), "a duration"),
+        blocks={p: tuple(sorted(q)) for p, q in blocks.items()},
+        files=_files(raw.get("files") or {}, head_tree),
+        dirs=tuple(sorted({_relative(d, "a listed directory")
+                           for d in _list(raw.get("dirs", []), "dirs")})),
+        spawns=tuple(sorted({_text(s, "a spawn", MAX_ID)
+                             for s in _list(raw.get("spawns", []), "spawns")})),
+        kernels=kernel_hashes(inventories, launched), markers=markers, dimension=dimension,
+        peak_memory=peak, cuda=raw.get("cuda", False), lines=lines, modules=None)
+
+
+def _files(raw, head_tree: Mapping[str, str]) -> dict[str, str]:
+    """Files a test opened: those of the head tree, with the head tree's blob ids."""
+    return {p: head_tree[p] for p in _dict(raw, "files") if isinstance(p, str) and p in head_tree}
+
+
+def _failure(raw, head_tree: Mapping[str, str]) -> dict:
+    raw = _dict(raw, "a failure", 16)
+    path, line = raw.get("path"), raw.get("line")
+    if not (isinstance(path, str) and path in head_tree and isinstance(line, int)
+            and not isinstance(line, bool) and 0 <= line < MAX_LINE):
+        path, line = None, None
+    message = raw.get("message")
+    return {"path": path, "line": line,
+            "message": message[-2000:] if isinstance(message, str) else None,
+            "when": raw.get("when") if raw.get("when") in ("setup", "call", "teardown")
+            else None, "at": _number(raw.get("at"), "a failure's time", optional=True)}
+
+
+def shard(result, *, head_tree: Mapping[str, str], inventories: Mapping, planned: set[str],
+          sha: str) -> tuple[Recording | None, dict, list[str], set[str], dict]:
+    """A shard's whole result: (recording or None, failures, collected, flaky ids, first
+    failures of the flaky ones)."""
+    result = _dict(result, "the shard's result", 32)
+    if result.get("sha") != sha:
+        _fail(f"the shard ran {str(result.get('sha'))[:60]!r}, not {sha}")
+    if result.get("recording") is None:
+        return None, {}, [], set(), {}
+    rec, failures, collected = recording(result["recording"], head_tree=head_tree,
+                                         inventories=inventories, planned=planned)
+    flaky = {t for t in _list(result.get("flaky", []), "flaky") if t in rec.tests}
+    firsts = {t: _failure(f, head_tree)
+              for t, f in _dict(result.get("flaky_failures", {}), "flaky failures").items()
+              if t in flaky and isinstance(f, dict)}
+    return rec, failures, collected, flaky, firsts

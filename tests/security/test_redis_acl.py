@@ -1,0 +1,76 @@
+"""deploy/redis/users.acl on a real redis-server (issue 11, route 1 and build step 8): the
+runner's user cannot read or write the selection queue, an approval or the evidence store;
+the webhook's user can enqueue but not read evidence or approve; nobody gets in without a
+user."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import redis
+from attack_world import PASSWORD, RedisServer, acl_file
+
+from fastci.app.events import Work
+from fastci.app.queue import Queues, queue
+from fastci.runner.store import StoreError, open_store
+
+
+@pytest.fixture
+def server(tmp_path):
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    server = RedisServer(tmp_path, "--aclfile", str(acl_file(tmp_path)))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def client(server, user: str | None) -> redis.Redis:
+    auth = f"{user}:{PASSWORD}-{user}@" if user else ""
+    return redis.Redis.from_url(f"redis://{auth}127.0.0.1:{server.port}/0")
+
+
+def denied(call) -> bool:
+    try:
+        call()
+    except (redis.exceptions.NoPermissionError, redis.exceptions.AuthenticationError,
+            redis.exceptions.ResponseError) as exc:
+        return "permission" in str(exc).lower() or "auth" in str(exc).lower() or \
+            "NOPERM" in str(exc)
+    return False
+
+
+def test_each_role_reaches_only_its_own_keys(server):
+    selection, web, runner = (client(server, u) for u in ("selection", "web", "runner"))
+    with open_store(f"redis://selection:{PASSWORD}-selection@127.0.0.1:{server.port}/0"):
+        pass  # the selection worker writes the store
+    work = Work("pull_request", "octo/x", 1, number=2, head_sha="a" * 40, base_sha="b" * 40)
+    Queues(web, "fastci").enqueue(work, "delivery-1")  # the webhook enqueues
+    assert queue("fastci-cpu", selection).count == 1
+    queue("fastci-gpu-0", selection).enqueue("fastci.runner.execution.shard.pause", 0,
+                                             job_id="fastci-shard-1")
+    assert runner.llen("rq:queue:fastci-gpu-0") == 1  # a runner sees its own queue
+
+    for attempt in (
+            lambda: runner.lrange("rq:queue:fastci-cpu", 0, -1),
+            lambda: runner.rpush("rq:queue:fastci-cpu", "evil"),
+            lambda: queue("fastci-cpu", runner).enqueue("fastci.app.jobs.handle", {}, "x"),
+            lambda: runner.hgetall("rq:job:fastci-delivery-1"),
+            lambda: runner.set("fastci:ok-to-test:octo/x:" + "f" * 40, "mallory"),
+            lambda: runner.get("fastci:evidence:schema_version"),
+            lambda: runner.set("fastci:evidence:inventory:" + "0" * 40, "poison"),
+            lambda: runner.keys("*"),
+            lambda: runner.flushall(),
+            lambda: runner.config_get("requirepass"),
+            lambda: runner.acl_list(),
+            lambda: web.get("fastci:evidence:schema_version"),
+            lambda: web.set("fastci:ok-to-test:octo/x:" + "f" * 40, "mallory"),
+            lambda: web.lrange("rq:queue:fastci-gpu-0", 0, -1),
+            lambda: client(server, None).ping()):
+        assert denied(attempt)
+    assert not selection.exists("fastci:ok-to-test:octo/x:" + "f" * 40)
+    assert selection.llen("rq:queue:fastci-cpu") == 1
+    with pytest.raises(StoreError):  # the runner's user cannot open the store at all
+        open_store(f"redis://runner:{PASSWORD}-runner@127.0.0.1:{server.port}/0")
