@@ -1,8 +1,9 @@
 """Routing: which webhook deliveries become which work. Pure functions over the payload.
 
 Each event maps to one `Work` (a plain, JSON-able job description with no secrets) or to an
-`Ignored` with the reason, which the webhook's 202 body reports. Malformed payloads (a
-missing field GitHub always sends) raise `PayloadError`, which the webhook answers with 422.
+`Ignored` with the reason, which the webhook's 202 body reports. Payloads that do not fit the
+event's schema (app/schema.py: a missing field GitHub always sends, a wrong type, an id out of
+range) raise `PayloadError`, which the webhook answers with 422.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fastci.runner.errors import FastCIError
+
+from . import schema
 
 COMMAND_PREFIX = "/fastci"
 RUN_ALL, RERUN_FAILED = "run_all", "rerun_failed"
@@ -68,6 +71,11 @@ def route(event: str, payload: Any, allowed_bots: frozenset[str] = frozenset()
     handler = _HANDLERS.get(event)
     if handler is None:
         return Ignored(f"FastCI does not act on {event!r} events")
+    problems = schema.problems(event, payload)
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise PayloadError(f"the {event} payload does not fit: " + "; ".join(problems[:3])
+                           + more)
     try:
         if handler is _issue_comment:
             return _issue_comment(payload, allowed_bots)

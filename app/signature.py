@@ -18,6 +18,8 @@ def verify(secret: str, body: bytes, header: str | None) -> str | None:
         return "missing X-Hub-Signature-256 header: the request is unsigned"
     if not header.startswith(PREFIX):
         return "X-Hub-Signature-256 must start with 'sha256='"
+    if not header.isascii():  # compare_digest refuses non-ASCII text (a TypeError, a 500)
+        return "X-Hub-Signature-256 must be 'sha256=' and hex digits"
     if not hmac.compare_digest(sign(secret, body), header.strip()):
         return "X-Hub-Signature-256 does not match the body (wrong secret, or altered body)"
     return None

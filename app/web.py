@@ -16,11 +16,13 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from flask import Flask, Response, jsonify, request
 from redis import Redis
 from redis.exceptions import RedisError
+from werkzeug.exceptions import HTTPException
 
 from . import events
 from .queue import Queues
@@ -45,7 +47,10 @@ def create_app(settings: AppSettings | None = None, redis: Redis | None = None) 
     secret = settings.webhook_secret.reveal()
 
     def answer(status: int, message: str, **extra) -> Response:
-        _count(queues, f'deliveries_total{{status="{status}"}}')
+        """Every answer: JSON with a message, counted in /metrics by status (deliveries to
+        /webhooks as deliveries_total, anything else as requests_total)."""
+        counter = "deliveries_total" if request.path == "/webhooks" else "requests_total"
+        _count(queues, f'{counter}{{status="{status}"}}')
         response = jsonify({"message": message, **extra})
         response.status_code = status
         return response
@@ -68,18 +73,7 @@ def create_app(settings: AppSettings | None = None, redis: Redis | None = None) 
         status, message, extra = _enqueue(queues, routed, delivery)
         return answer(status, message, delivery=delivery, **extra)
 
-    @app.errorhandler(413)
-    def too_large(_error):
-        return answer(413, f"body exceeds the {settings.max_body_bytes} byte limit")
-
-    @app.errorhandler(404)
-    def not_found(_error):
-        return jsonify({"message": "not found: FastCI serves POST /webhooks, GET /healthz "
-                                   "and GET /metrics"}), 404
-
-    @app.errorhandler(405)
-    def wrong_method(_error):
-        return jsonify({"message": f"{request.method} is not allowed on {request.path}"}), 405
+    _json_errors(app, answer, settings.max_body_bytes)
 
     @app.get("/healthz")
     def healthz():
@@ -95,6 +89,34 @@ def create_app(settings: AppSettings | None = None, redis: Redis | None = None) 
                         mimetype="text/plain; version=0.0.4")
 
     return app
+
+
+def _json_errors(app: Flask, answer: Callable[..., Response], max_body_bytes: int) -> None:
+    """Every error, Flask's own included, answered in JSON with a message and counted."""
+    @app.errorhandler(413)
+    def too_large(_error):
+        return answer(413, f"body exceeds the {max_body_bytes} byte limit")
+
+    @app.errorhandler(404)
+    def not_found(_error):
+        return answer(404, "not found: FastCI serves POST /webhooks, GET /healthz and "
+                           "GET /metrics")
+
+    @app.errorhandler(405)
+    def wrong_method(_error):
+        return answer(405, f"{request.method} is not allowed on {request.path}")
+
+    @app.errorhandler(HTTPException)
+    def http_error(error: HTTPException):
+        """Any other error Flask raises (400 for a malformed request, ...), as JSON."""
+        return answer(error.code or 500, f"{error.name}: {error.description}")
+
+    @app.errorhandler(Exception)
+    def internal_error(error: Exception):
+        """A bug: logged with its traceback, answered in JSON; GitHub may redeliver."""
+        log.exception("internal error on %s %s", request.method, request.path)
+        return answer(500, f"internal error ({type(error).__name__}); the delivery was not "
+                           "enqueued and can be redelivered")
 
 
 @dataclass(frozen=True)
@@ -135,6 +157,8 @@ def _check_delivery(settings: AppSettings, secret: str) -> Delivery | Refused:
         payload = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         return Refused(400, f"the body is not valid JSON: {exc}")
+    except RecursionError:
+        return Refused(400, "the body is not JSON FastCI reads: it is nested too deeply")
     return Delivery(event, delivery, payload)
 
 
@@ -159,7 +183,9 @@ def _enqueue(queues: Queues, routed: events.Work, delivery: str) -> tuple[int, s
 
 def _metrics_text(redis: Redis, queues: Queues, gpus: int) -> str:
     lines = ["# HELP fastci_deliveries_total Webhook deliveries by HTTP status.",
-             "# TYPE fastci_deliveries_total counter"]
+             "# TYPE fastci_deliveries_total counter",
+             "# HELP fastci_requests_total Other requests answered with an error, by status.",
+             "# TYPE fastci_requests_total counter"]
     try:
         for key in sorted(redis.scan_iter(queues.key("metrics", "*"))):
             name = key.decode().split(":", 2)[2]

@@ -31,10 +31,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from ._triton import tl, triton
 
-from ._common import (REF_CHUNK, TL_FLOAT, check_block, dtype_name, kind_of, layout,
-                      num_warps_for, reduce_levels, strided_offsets, use_triton)
+from ._common import (
+    REF_CHUNK,
+    TL_FLOAT,
+    check_block,
+    dtype_name,
+    kind_of,
+    layout,
+    num_warps_for,
+    reduce_levels,
+    strided_offsets,
+    use_triton,
+)
+from ._triton import tl, triton
 
 # Two tensors in flight per program, so half the fingerprint's block: 8 KiB of fp32 each.
 # Not measured here (no GPU on the machine this was written on); bench/kernels.py measures it.
