@@ -26,17 +26,17 @@ from rq.exceptions import InvalidJobOperation
 from rq.job import Job
 
 from fastci.runner import config as runner_config
-from fastci.runner.execution.coverage_delta import changed_lines, executed, report, statement_lines
+from fastci.runner.analysis.inventory import Inventories
 from fastci.runner.engine import Engine, audit_entry
-from fastci.runner.git import WORKTREE
 from fastci.runner.execution import validate
-from fastci.runner.execution.validate import InvalidResult
-from fastci.runner.selection.report import Decision, RunReport, TestResult
+from fastci.runner.execution.carry import store_recording
+from fastci.runner.execution.coverage_delta import changed_lines, executed, report, statement_lines
 from fastci.runner.execution.flaky import not_run
 from fastci.runner.execution.flaky import results as test_results
 from fastci.runner.execution.shard import split
-from fastci.runner.analysis.inventory import Inventories
-from fastci.runner.execution.carry import store_recording
+from fastci.runner.execution.validate import InvalidResult
+from fastci.runner.git import WORKTREE
+from fastci.runner.selection.report import Decision, RunReport, TestResult
 from fastci.runner.store import EvidenceStore, SqliteEvidenceStore, StoreError
 
 from . import checks, github, workspace
@@ -537,7 +537,7 @@ def _coverage(engine: Engine, store: EvidenceStore, planned):
                   base_statements, base_executed)
 
 
-# -- the default branch -----------------------------------------------------------------------------
+# -- the default branch --------------------------------------------------------------------------
 def refresh(ctx: Context, work: Work) -> dict:
     """A push to the default branch: the full run. It records the whole suite there (on a
     GPU worker, which sends the recording back), stores what passes validation, and audits

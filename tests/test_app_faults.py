@@ -14,7 +14,6 @@ import time
 import uuid
 
 import pytest
-
 from conftest import app_key_file, app_remote, redis_or_skip
 from fakegithub import FakeGitHub
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from fastci.runner.execution.coverage_delta import changed_lines, report, statement_lines
 from fastci.app.workspace import bundle
+from fastci.runner.execution.coverage_delta import changed_lines, report, statement_lines
 from fastci.runner.execution.sandbox import Sandbox, environment
 from fastci.runner.execution.shard import checkout, scrubbed_environment, split
 from fastci.runner.git import GitError, Repo
@@ -53,7 +53,8 @@ def test_git_and_tools_scrub_credentials():
 
 
 def test_diff_coverage_counts_statements_not_blank_lines_or_docstrings():
-    source = b'def f(x):\n    """doc"""\n\n    y = x + 1\n    return y\n\n\ndef g():\n    return 2\n'
+    source = (b'def f(x):\n    """doc"""\n\n    y = x + 1\n    return y\n\n\n'
+              b"def g():\n    return 2\n")
     stmts = statement_lines(source)
     assert stmts == {1, 4, 5, 8, 9}
     changed = {"pkg/m.py": changed_lines([(3, 0, 3, 3)]) | {9}, "tests/test_m.py": {1}}

@@ -63,16 +63,13 @@ class Sandbox:
 
     @property
     def ids(self) -> tuple[int, int] | None:
-        if self.user is None:
-            return None
-        entry = pwd.getpwnam(self.user)
-        return entry.pw_uid, entry.pw_gid
+        return None if self.user is None else _ids(self.user)
 
     def give(self, path: Path) -> None:
         """Make a folder the sandbox's to write in (owned by it where we may chown)."""
         if self.user is None:
             return
-        uid, gid = self.ids
+        uid, gid = _ids(self.user)
         try:
             os.chown(path, uid, gid)
         except PermissionError:
@@ -83,7 +80,7 @@ class Sandbox:
         read-only mounts are prepared (needed when directories are hidden)."""
         if self.user is None:
             return list(argv)
-        uid, gid = self.ids
+        uid, gid = _ids(self.user)
         drop = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
                 "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
         if not self.hide:
@@ -96,7 +93,8 @@ class Sandbox:
         q = shlex.quote
         lines = ["set -e"]
         for i, path in enumerate(keep):
-            lines += [f"mkdir -p {q(f'{stage}/{i}')}", f"mount --rbind {q(path)} {q(f'{stage}/{i}')}"]
+            target = q(f"{stage}/{i}")
+            lines += [f"mkdir -p {target}", f"mount --rbind {q(path)} {target}"]
         for path in hidden:
             lines.append(f"mount -t tmpfs -o mode=0755,size=1m fastci-hidden {q(path)}")
         for i, path in enumerate(keep):
@@ -132,3 +130,8 @@ def _needed() -> set[str]:
 
 def _under(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+def _ids(user: str) -> tuple[int, int]:
+    entry = pwd.getpwnam(user)
+    return entry.pw_uid, entry.pw_gid

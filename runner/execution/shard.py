@@ -78,7 +78,8 @@ def checkout(sandbox: Sandbox, bundle: Path, sha: str, home: Path) -> Path:
         proc = sandbox.run(["git", "-c", "core.hooksPath=/dev/null", *args], cwd=home,
                            home=home)
         if proc.returncode != 0:
-            raise GitError(f"git {args[2 if args[0] == '-C' else 0]} failed: {proc.stderr.strip()[-300:]}")
+            command = args[2 if args[0] == "-C" else 0]
+            raise GitError(f"git {command} failed: {proc.stderr.strip()[-300:]}")
     return tree
 
 

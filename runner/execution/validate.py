@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from fastci.runner.analysis.environment import Environment
 from fastci.runner.analysis.inventory import kernel_hashes
@@ -59,9 +60,11 @@ def _dict(value, what: str, limit: int = MAX_ITEMS) -> dict:
     return value
 
 
-def _number(value, what: str, optional: bool = False) -> float | None:
-    if value is None and optional:
-        return None
+def _optional_number(value, what: str) -> float | None:
+    return None if value is None else _number(value, what)
+
+
+def _number(value, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or \
             not math.isfinite(value) or value < 0:
         _fail(f"{what} is not a non-negative number")
@@ -103,9 +106,10 @@ def recording(data, *, head_tree: Mapping[str, str], inventories: Mapping,
     env = _dict(data.get("environment"), "environment", 16)
     if set(env) - set(ENV_FIELDS):
         _fail("the environment has unknown fields")
-    environment = Environment(**{k: (None if env.get(k) is None
-                                     else _text(env.get(k), f"environment.{k}", 200))
-                                 for k in ENV_FIELDS if k in env or k != "lock_hash"})
+    fields: dict[str, Any] = {k: (None if env.get(k) is None
+                                  else _text(env.get(k), f"environment.{k}", 200))
+                              for k in ENV_FIELDS if k in env or k != "lock_hash"}
+    environment = Environment(**fields)
     import_time: dict[str, dict[str, list[str]]] = {}
     for path, qualnames in _dict(data.get("import_time", {}), "import_time").items():
         fb = inventories.get(path) if path in head_tree else None
@@ -119,8 +123,8 @@ def recording(data, *, head_tree: Mapping[str, str], inventories: Mapping,
     session_files = _files(data.get("session_files", {}), head_tree)
     rec = Recording(tree=dict(head_tree), environment=environment, tests=tests,
                     import_time=import_time, session_files=session_files,
-                    first_failure_at=_number(data.get("first_failure_at"), "first_failure_at",
-                                             optional=True),
+                    first_failure_at=_optional_number(data.get("first_failure_at"),
+                                                      "first_failure_at"),
                     started_at=_number(data.get("started_at", 0.0), "started_at"),
                     finished_at=_number(data.get("finished_at", 0.0), "finished_at"),
                     order=order)
@@ -200,7 +204,7 @@ def _failure(raw, head_tree: Mapping[str, str]) -> dict:
     return {"path": path, "line": line,
             "message": message[-2000:] if isinstance(message, str) else None,
             "when": raw.get("when") if raw.get("when") in ("setup", "call", "teardown")
-            else None, "at": _number(raw.get("at"), "a failure's time", optional=True)}
+            else None, "at": _optional_number(raw.get("at"), "a failure's time")}
 
 
 def shard(result, *, head_tree: Mapping[str, str], inventories: Mapping, planned: set[str],

@@ -26,7 +26,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from conftest import Project, app_key_file
 
 SANDBOX_USER = "fastci-sandbox"

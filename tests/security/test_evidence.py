@@ -19,7 +19,6 @@ import sys
 import uuid
 
 import pytest
-
 from conftest import Project, app_key_file, redis_or_skip
 from fakegithub import FakeGitHub
 

@@ -10,10 +10,9 @@ import sys
 import uuid
 
 import pytest
+from conftest import redis_or_skip
 from rq import Callback, Queue
 from rq.serializers import JSONSerializer
-
-from conftest import redis_or_skip
 
 from fastci.app.queue import fetch
 from fastci.runner.store import StoreError, open_store

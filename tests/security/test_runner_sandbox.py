@@ -10,9 +10,20 @@ import os
 import uuid
 
 import pytest
-from attack_world import (APP_ID, INSTALLATION, NUMBER, PASSWORD, REPO, SANDBOX_USER,
-                          RedisServer, Runner, acl_file, hostile_remote, key_file,
-                          skip_unless_sandbox)
+from attack_world import (
+    APP_ID,
+    INSTALLATION,
+    NUMBER,
+    PASSWORD,
+    REPO,
+    SANDBOX_USER,
+    RedisServer,
+    Runner,
+    acl_file,
+    hostile_remote,
+    key_file,
+    skip_unless_sandbox,
+)
 from fakegithub import FakeGitHub
 
 from fastci.app import jobs
