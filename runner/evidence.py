@@ -39,6 +39,12 @@ class TestRecord:
     lines: Mapping[str, tuple[int, ...]] | None = None  # loaded on demand (coverage)
     modules: Mapping | None = None
     """Captured module calls and which lines ran inside them (`capture.py`), or None."""
+    child_blocks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """The blocks (also in `blocks`) that ran in a child process: never pruned."""
+    ranks: tuple[str, ...] = ()  # process groups joined, "backend:world_size" ("gloo:2")
+    file_events: bool = False
+    """Its files were recorded from the kernel's events (every reader, native code and
+    children included), not from Python's `open` alone."""
 
     @property
     def failed(self) -> bool:
@@ -50,6 +56,12 @@ class TestRecord:
                 "k": self.kernels, "s": list(self.spawns)}
         if self.modules is not None:
             body["m"] = self.modules
+        if self.child_blocks:
+            body["cb"] = self.child_blocks
+        if self.ranks:
+            body["r"] = list(self.ranks)
+        if self.file_events:
+            body["n"] = True
         return _pack(body)
 
     @classmethod
@@ -57,7 +69,9 @@ class TestRecord:
         body = _unpack(data)
         return cls(blocks={p: tuple(q) for p, q in body["b"].items()}, files=body["f"],
                    dirs=tuple(body["d"]), kernels=body["k"], spawns=tuple(body["s"]),
-                   modules=body.get("m"), **fields)
+                   modules=body.get("m"),
+                   child_blocks={p: tuple(q) for p, q in body.get("cb", {}).items()},
+                   ranks=tuple(body.get("r", ())), file_events=bool(body.get("n")), **fields)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,8 @@ from pathlib import Path
 from fastci.runner.analysis import inventory
 
 from fastci.runner.record import tracing
+from fastci.runner.record.children import Children
+from fastci.runner.record.fileaccess import FileEvents
 from fastci.runner.analysis.blocks import MODULE
 from fastci.runner.record.capture import CAPTURED, INSIDE, ModuleCapture
 from fastci.runner.analysis.environment import Environment, current, is_manifest, lock_hash
@@ -96,18 +98,50 @@ class Recorder:
         self._kernel_hook = tracing.KernelHook(self._on_launch, self.untraced)
         self._derived: dict[str, set[str]] = defaultdict(set)
         self.capture: ModuleCapture | None = None
+        self.children: Children | None = None  # children record for the test that started them
+        self.file_events: FileEvents | None = None  # every reader's opens, native ones too
+        self.file_events_lost: set[str] = set()  # contexts whose kernel events overflowed
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
         import coverage  # noqa: PLC0415 (only a recording session pays for it)
 
+        omit = ["*/site-packages/*", "*/.venv/*", "*/.fastci/*", "*/.git/*"]
         self._cov = coverage.Coverage(
             data_file=None, source=[self.root], branch=False, config_file=False,
-            omit=["*/site-packages/*", "*/.venv/*", "*/.fastci/*", "*/.git/*"],
-            messages=False)
+            omit=omit, messages=False)
         self._cov.start()
         self._cov.switch_context(SESSION_CONTEXT)
         tracing.start(self._on_file)
+        self.children = Children(self.root, omit, self._detach_in_fork)
+        self.children.start()
+        events = FileEvents(self.root, [p for p in self.tree
+                                        if tracing.wants(f"{self.root}/{p}", self.root)])
+        self.file_events = events if events.start() else None
+
+    def _detach_in_fork(self) -> None:
+        """In a forked child: the parent's hooks stop here; the child records on its own."""
+        tracing.stop()
+        self._kernel_hook.uninstall()
+        if self._cov is not None:
+            try:
+                self._cov.stop()
+            except Exception:
+                pass
+        self._cov = None
+        self.file_events = None  # the parent drains the kernel's events, not the child
+        self.children = None
+
+    def _boundary(self, context: str) -> None:
+        """Between contexts: credit the kernel's file events so far to the one that ends,
+        and let children started from now on record for the next one."""
+        if self.file_events is not None:
+            for rel in self.file_events.drain():
+                self.files[self.context].add(os.path.join(self.root, rel))
+            if self.file_events.take_overflow():
+                self.file_events_lost.add(self.context)
+        if self.children is not None:
+            self.children.enter(context)
 
     @contextmanager
     def untraced(self):
@@ -142,17 +176,22 @@ class Recorder:
             self._cov.switch_context(context)
 
     def push(self, context: str) -> None:
+        self._boundary(context)
         self._stack.append(self.context)
         self.switch(context)
 
     def pop(self) -> None:
-        self.switch(self._stack.pop() if self._stack else SESSION_CONTEXT)
+        context = self._stack.pop() if self._stack else SESSION_CONTEXT
+        self._boundary(context)
+        self.switch(context)
 
     # -- events ------------------------------------------------------------------------------
     def _on_file(self, kind: str, path: str) -> None:
         if kind == "spawn":
             if path:
                 self.spawns[self.context].add(path)
+                if self.children is not None:
+                    self.children.on_spawn()
             return
         full = path if path.startswith("/") else os.path.join(os.getcwd(), path)
         if kind == "open":
@@ -179,6 +218,8 @@ class Recorder:
         if self.capture is not None:
             self.capture.end_test()
         self.pop()
+        if self.children is not None:
+            self.children.collect(nodeid)
         test = self.tests[nodeid]
         test.outcome, test.duration = outcome, duration
         test.markers, test.dimension = markers, dimension
@@ -208,6 +249,8 @@ class Recorder:
                 for line, contexts in data.contexts_by_lineno(filename).items():
                     for context in contexts:
                         lines_by_context[context][rel].add(line)
+        watched = self._finish_file_events()
+        child_lines = self._merge_children(lines_by_context)
         inventories = inventory.load(self.repo, WORKTREE, self.tree, store)
         tests = {}
         all_kernels = {f"{p}::{q}" for ks in self.kernels.values() for p, q in ks}
@@ -219,8 +262,12 @@ class Recorder:
             dirs: set[str] = set()
             kernels: set[tuple[str, str]] = set()
             spawns: set[str] = set()
-            for context in [*test.contexts, *sorted(self._derived.get(nodeid, ()))]:
+            in_children: dict[str, set[int]] = defaultdict(set)
+            contexts = [*test.contexts, *sorted(self._derived.get(nodeid, ()))]
+            for context in contexts:
                 spawns |= self.spawns.get(context, set())
+                for path, ls in child_lines.get(context, {}).items():
+                    in_children[path] |= ls
                 for path, ls in lines_by_context.get(context, {}).items():
                     lines[path] |= ls
                 files |= self.files.get(context, set())
@@ -235,6 +282,10 @@ class Recorder:
             for path, qualname in kernels:  # a launch is evidence even without its lines
                 if path in inventories and qualname not in blocks.get(path, ()):
                     blocks[path] = tuple(sorted({*blocks.get(path, ()), qualname}))
+            child_blocks = {p: tuple(sorted({inventories[p].owner_of(n) for n in ls}))
+                            for p, ls in in_children.items() if p in inventories}
+            if self.children is not None:  # children record: only unmerged ones are a gap
+                spawns = set(self.children.unmerged(contexts))
             tests[nodeid] = TestRecord(
                 test_id=nodeid, outcome=test.outcome, duration=test.duration,
                 blocks=blocks, files=shas.hash_all(files),
@@ -243,7 +294,10 @@ class Recorder:
                 markers=test.markers, dimension=test.dimension, spawns=tuple(sorted(spawns)),
                 peak_memory=test.peak_memory, cuda=test.cuda,
                 lines={p: tuple(sorted(ls)) for p, ls in lines.items()},
-                modules=self._module_evidence(nodeid, test, lines_by_context))
+                modules=self._module_evidence(nodeid, test, lines_by_context),
+                child_blocks=child_blocks,
+                ranks=self.children.ranks_of(contexts) if self.children else (),
+                file_events=watched and not self.file_events_lost.intersection(contexts))
         import_time: dict[str, dict[str, list[str]]] = defaultdict(dict)
         session_files: dict[str, str] = {}
         for context, by_path in lines_by_context.items():
@@ -275,6 +329,34 @@ class Recorder:
             session_files=session_files, first_failure_at=self.first_failure_at,
             started_at=self.started_at, finished_at=time.time(), order=list(self.tests))
 
+
+    def _finish_file_events(self) -> bool:
+        """The last kernel file events, credited to the context still open; whether every
+        reader's opens were watched at all in this session."""
+        if self.file_events is None:
+            return False
+        self._boundary(self.context)
+        self.file_events.close()
+        self.file_events = None
+        return True
+
+    def _merge_children(self, lines_by_context) -> dict[str, dict[str, set[int]]]:
+        """Children's evidence joins the context that started them; returns their lines
+        alone, by context (pruning never replays what ran in a child)."""
+        child_lines: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
+        if self.children is None:
+            return child_lines
+        self.children.stop()
+        for tag, evidence in self.children.evidence.items():
+            for filename, ls in evidence.lines.items():
+                rel = os.path.relpath(filename, self.root)
+                if rel in self.tree:
+                    lines_by_context[tag][rel] |= ls
+                    child_lines[tag][rel] |= ls
+            self.files[tag] |= {f for f in evidence.files if tracing.wants(f, self.root)}
+            self.kernels[tag] |= {(os.path.relpath(f, self.root), q)
+                                  for f, q in evidence.kernels}
+        return child_lines
 
     def _module_evidence(self, nodeid: str, test: _Test, lines_by_context) -> dict | None:
         """Which lines ran inside which captured module call, and which outside any."""
@@ -359,6 +441,8 @@ def recording_from_json(data: dict) -> tuple[Recording, dict[str, dict]]:
         t["dirs"] = tuple(t["dirs"])
         t["spawns"] = tuple(t["spawns"])
         t["markers"] = tuple(t["markers"])
+        t["child_blocks"] = {p: tuple(q) for p, q in t.get("child_blocks", {}).items()}
+        t["ranks"] = tuple(t.get("ranks", ()))
         tests[t["test_id"]] = TestRecord(**t)
     rec = Recording(tree=data["tree"], environment=Environment(**data["environment"]),
                     tests=tests, import_time=data["import_time"],
