@@ -131,12 +131,15 @@ class Children:
             self._collect_folder(path, wait=GRACE_SECONDS, tag=tag)
 
     def _collect_folder(self, path: str, wait: float, tag: str | None = None) -> None:
-        starts = _names(path, ".start")
         deadline = time.monotonic() + wait
-        while True:
+        while True:  # children still starting or still writing get a moment
+            starts = _names(path, ".start")
             missing = [n for n in starts if not os.path.exists(os.path.join(path, n + ".json"))]
             alive = [n for n in missing if _alive(int(n.split("-", 1)[0]))]
-            if not alive or time.monotonic() >= deadline:
+            unseen = tag is not None and self.spawned.get(tag, 0) > sum(
+                (_read(os.path.join(path, n + ".start")) or {}).get("ppid") == os.getpid()
+                for n in starts)
+            if not (alive or unseen) or time.monotonic() >= deadline:
                 break
             time.sleep(0.02)
         reports, reasons = [], []

@@ -145,6 +145,11 @@ class _Rules:
         self.code_or_data_changed = bool(changes.blocks or changes.unresolved
                                          or changes.unparseable) or any(
             not c.path.endswith(".py") for c in changes.files)
+        # Changed non-Python files a native reader might have read unseen, where a test's
+        # evidence lacks the kernel's file events (no inotify, or events lost).
+        self.unwatched_changes = [f"{c.path} ({c.status})" for c in changes.files
+                                  if not c.path.endswith(".py")
+                                  and not inp.settings.ignores(c.path)]
         status = changes.file_status()
         self.added_or_removed = defaultdict(list)
         for path, change in status.items():
@@ -245,16 +250,23 @@ class _Rules:
                            f"({', '.join(entries[:MAX_EXAMPLES])})")
                 units += 1
         if test.spawns and self.code_or_data_changed:
-            out.append(f"it starts child processes FastCI does not trace ({test.spawns[0]}"
-                       f"{' and more' if len(test.spawns) > 1 else ''}), and code or data "
-                       "changed")
+            out.append(f"it starts child processes whose evidence FastCI could not merge "
+                       f"({test.spawns[0]}{' and more' if len(test.spawns) > 1 else ''}), "
+                       "and code or data changed")
+            units += 1
+        if not test.file_events and self.unwatched_changes:
+            out.append(_examples("its file evidence was recorded without the kernel's file "
+                                 "events (which see native readers and child processes), "
+                                 "and non-Python files changed", self.unwatched_changes))
             units += 1
         kernels = [k for k, h in test.kernels.items() if inp.head_kernels.get(k, "missing") != h]
         if kernels:
             units += len(kernels)
             out.append(_examples("launched a Triton kernel whose source, or a jit function it "
                                  "calls, changed", kernels))
-        if out and len(out) == blocks_only and not others:
+        in_child = [k for k in keys if k[1] in test.child_blocks.get(k[0], ())]
+        if out and len(out) == blocks_only and not others and not in_child:
+            # Pruning replays in-process module calls: a change a child ran is never pruned.
             return out, units, tuple(sorted(keys)), tuple(sorted(conditions))
         return out, units, (), ()
 

@@ -1,0 +1,292 @@
+"""Child processes record for the test that started them, and native readers are seen.
+
+Every way a test can start a child that runs the repository's code has a test here, on a
+real repository recorded through the real CLI. Each project gives every test its own function,
+run only in that test's child, so that a change selects exactly one test: a child that escapes
+notice leaves its test unselected, and an unsound merge (credit to the wrong test, or to every
+test) selects a test whose processes never ran the change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from fastci.runner.record.children import Children
+
+WORK = '''
+def in_python_c(x):
+    return x + 1
+
+
+def in_python_m(x):
+    return x + 2
+
+
+def in_pytest_child(x):
+    return x + 3
+
+
+def in_spawn_pool(x):
+    return x * 2
+
+
+def in_forkserver(x):
+    return x * 3
+
+
+def in_fork_pool(x):
+    return x * 4
+
+
+def nobody(x):
+    return x - 1
+'''
+
+PROCESSES = {
+    "pyproject.toml": "[project]\nname = 'sp'\nversion = '0'\n",
+    "sp/__init__.py": "",
+    "sp/work.py": WORK,
+    "sp/tool.py": '''
+        import sys
+
+        from sp.work import in_python_m
+
+        if __name__ == "__main__":
+            print(in_python_m(int(sys.argv[1])))
+    ''',
+    "inner/inner_check.py": '''
+        from sp.work import in_pytest_child
+
+
+        def test_inner():
+            assert in_pytest_child(1) == 4
+    ''',
+    "tests/test_processes.py": '''
+        import multiprocessing
+        import subprocess
+        import sys
+
+        from sp import work
+
+
+        def run(*args):
+            return subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                                  check=True).stdout.strip()
+
+
+        def test_python_c():
+            assert run("-c", "from sp.work import in_python_c; print(in_python_c(1))") == "2"
+
+
+        def test_python_m():
+            assert run("-m", "sp.tool", "1") == "3"
+
+
+        def test_pytest_child():
+            assert "1 passed" in run("-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                     "inner/inner_check.py")
+
+
+        def test_spawn_pool():
+            with multiprocessing.get_context("spawn").Pool(2) as pool:
+                assert pool.map(work.in_spawn_pool, [1, 2]) == [2, 4]
+
+
+        def test_forkserver():
+            ctx = multiprocessing.get_context("forkserver")
+            with ctx.Pool(1) as pool:
+                assert pool.map(work.in_forkserver, [1]) == [3]
+
+
+        def test_fork_pool():
+            with multiprocessing.get_context("fork").Pool(2) as pool:
+                assert pool.map(work.in_fork_pool, [1, 2]) == [4, 8]
+
+
+        def test_no_child():
+            assert work.nobody(1) == 0
+    ''',
+}
+
+WAYS = {  # the function each test's child, and only its child, runs
+    "in_python_c": "test_python_c",
+    "in_python_m": "test_python_m",
+    "in_pytest_child": "test_pytest_child",
+    "in_spawn_pool": "test_spawn_pool",
+    "in_forkserver": "test_forkserver",
+    "in_fork_pool": "test_fork_pool",
+    "nobody": "test_no_child",
+}
+
+
+def _change(project, function: str) -> None:
+    project.edit("sp/work.py", f"def {function}(x):\n    return x",
+                 f"def {function}(x):\n    return -x")
+
+
+def test_every_way_of_starting_a_python_child_records_for_its_test(project):
+    project.write(PROCESSES)
+    project.commit()
+    project.record()
+    for function, test in WAYS.items():
+        _change(project, function)
+        assert project.selected() == {f"tests/test_processes.py::{test}"}, function
+        project.git("checkout", "sp/work.py")
+    explained = project.fastci("explain", "tests/test_processes.py::test_spawn_pool").stdout
+    assert "sp/work.py: <module>, in_spawn_pool" in explained
+    assert "ran in child processes (never pruned)" in explained
+
+
+CRASHES = {
+    "pyproject.toml": "[project]\nname = 'cr'\nversion = '0'\n",
+    "cr/__init__.py": "",
+    "cr/work.py": '''
+        import os
+        import signal
+
+
+        def dies():
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+        def lingers():
+            import time
+            time.sleep(8)
+
+
+        def fine():
+            return 1
+    ''',
+    "tests/test_crash.py": '''
+        import multiprocessing
+        import subprocess
+        import sys
+
+        from cr import work
+
+
+        def test_child_killed():
+            p = multiprocessing.get_context("spawn").Process(target=work.dies)
+            p.start()
+            p.join()
+            assert p.exitcode == -9
+
+
+        def test_child_outlives_test():
+            subprocess.Popen([sys.executable, "-c", "from cr.work import lingers; lingers()"])
+
+
+        def test_child_fine():
+            p = multiprocessing.get_context("spawn").Process(target=work.fine)
+            p.start()
+            p.join()
+    ''',
+    "data/unrelated.json": "{}\\n",
+}
+
+
+def test_a_child_without_evidence_keeps_select_on_any_change_and_says_why(project):
+    project.write(CRASHES)
+    project.commit()
+    project.record()
+    project.edit("cr/work.py", "return 1", "return 2")  # only test_child_fine's child ran it
+    result = project.select()
+    chosen = {t["id"]: t["reasons"] for t in result["tests"] if t["decision"] == "selected"}
+    assert set(chosen) == {"tests/test_crash.py::test_child_fine",
+                           "tests/test_crash.py::test_child_killed",
+                           "tests/test_crash.py::test_child_outlives_test"}
+    killed = " ".join(chosen["tests/test_crash.py::test_child_killed"])
+    assert "could not merge" in killed and "wrote no evidence (it crashed or was killed)" in killed
+    lingering = " ".join(chosen["tests/test_crash.py::test_child_outlives_test"])
+    assert "was still running when its test ended" in lingering
+    assert "executed changed code: cr/work.py::fine" in \
+        " ".join(chosen["tests/test_crash.py::test_child_fine"])
+    explained = project.fastci("explain", "tests/test_crash.py::test_child_killed").stdout
+    assert "child evidence not merged (select on any change)" in explained
+    # No half-merged evidence: the killed child's own lines (dies) are not in the evidence.
+    assert "dies" not in explained.split("evidence:", 1)[1]
+
+
+def test_partial_or_missing_evidence_files_merge_nothing(tmp_path):
+    """The parent's reading of a context's folder, on files as children leave them."""
+    children = Children(str(tmp_path), [], lambda: None)
+    children.start()
+    try:
+        folder = tmp_path / "t"
+        from fastci.runner.record import child  # noqa: PLC0415
+
+        where = child.tag_folder(children.folder, "tests/t.py::test_a")
+        os.makedirs(where)
+        dead = 2 ** 22 + 1  # above pid_max: no such process
+        good = {"format": 1, "pid": dead, "ppid": os.getpid(), "tag": "tests/t.py::test_a",
+                "argv": ["python"], "lines": {str(folder / "m.py"): [1]}, "files": [],
+                "kernels": [], "ranks": [], "spawned": 0}
+        for name, report in ((f"{dead}-a", good), (f"{dead}-b", "{\"format\": 1, \"li")):
+            marker = {"pid": dead, "ppid": os.getpid(), "argv": ["python"],
+                      "tag": "tests/t.py::test_a"}
+            with open(os.path.join(where, f"{name}.start"), "w") as fh:
+                json.dump(marker, fh)
+            with open(os.path.join(where, f"{name}.json"), "w") as fh:
+                fh.write(report if isinstance(report, str) else json.dumps(report))
+        children.collect("tests/t.py::test_a")
+        assert "tests/t.py::test_a" not in children.evidence  # one bad file: nothing merged
+        assert children.unmerged(["tests/t.py::test_a"]) == [
+            f"child pid {dead} (python) wrote unreadable evidence"]
+    finally:
+        children.stop()
+
+
+NATIVE = {
+    "pyproject.toml": "[project]\nname = 'nat'\nversion = '0'\n",
+    "nat/__init__.py": "",
+    "nat/read.py": '''
+        import ctypes
+        import ctypes.util
+        import os
+
+        _libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        _libc.fopen.restype = ctypes.c_void_p
+        _libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+        _libc.fread.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
+                                ctypes.c_void_p]
+        _libc.fclose.argtypes = [ctypes.c_void_p]
+
+
+        def read_native(path):
+            """Through the C library: no Python audit event is raised."""
+            fh = _libc.fopen(os.fsencode(path), b"rb")
+            buf = ctypes.create_string_buffer(64)
+            n = _libc.fread(buf, 1, 64, fh)
+            _libc.fclose(fh)
+            return buf.raw[:n].decode()
+    ''',
+    "assets/vocab.txt": "a b c\n",
+    "assets/other.txt": "x y\n",
+    "tests/test_native.py": '''
+        from nat.read import read_native
+
+
+        def test_vocab():
+            assert read_native("assets/vocab.txt").split() == ["a", "b", "c"]
+
+
+        def test_other():
+            assert read_native("assets/other.txt").split() == ["x", "y"]
+    ''',
+}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
+def test_a_file_read_through_the_c_library_selects_its_reader(project):
+    project.write(NATIVE)
+    project.commit()
+    project.record()
+    project.write({"assets/vocab.txt": "a b d\n"})
+    assert project.selected() == {"tests/test_native.py::test_vocab"}
+    explained = project.fastci("explain", "tests/test_native.py::test_vocab").stdout
+    assert "read 1 data files: assets/vocab.txt" in explained
+    assert "kernel's file events" in explained
