@@ -290,3 +290,156 @@ def test_a_file_read_through_the_c_library_selects_its_reader(project):
     explained = project.fastci("explain", "tests/test_native.py::test_vocab").stdout
     assert "read 1 data files: assets/vocab.txt" in explained
     assert "kernel's file events" in explained
+
+
+LOADER = {
+    "pyproject.toml": "[project]\nname = 'dl'\nversion = '0'\n",
+    "dl/__init__.py": "",
+    "dl/data.py": '''
+        import torch
+        from torch.utils.data import Dataset
+
+
+        def keep(x):
+            """A filter only the DataLoader's workers run."""
+            return x % 2 == 0
+
+
+        def scale(x):
+            """Only the test process runs this."""
+            return x * 1.0
+
+
+        class Numbers(Dataset):
+            def __len__(self):
+                return 8
+
+            def __getitem__(self, i):
+                return torch.tensor(float(i)) if keep(i) else torch.tensor(-1.0)
+    ''',
+    "tests/test_loader.py": '''
+        import torch
+        from torch.utils.data import DataLoader
+
+        from dl.data import Numbers, keep, scale
+
+
+        def test_dataloader_workers():
+            batches = list(DataLoader(Numbers(), batch_size=4, num_workers=2))
+            assert torch.cat(batches).tolist() == [0, -1, 2, -1, 4, -1, 6, -1]
+
+
+        def test_in_process():
+            assert scale(2) == 2.0
+    ''',
+}
+
+
+def test_dataloader_workers_record_for_their_test(project):
+    project.write(LOADER)
+    project.commit()
+    project.record()
+    project.edit("dl/data.py", "return x % 2 == 0", "return x % 2 == 1")
+    assert project.selected() == {"tests/test_loader.py::test_dataloader_workers"}
+    project.git("checkout", "dl/data.py")
+    project.edit("dl/data.py", "return x * 1.0", "return x * 2.0")
+    assert project.selected() == {"tests/test_loader.py::test_in_process"}
+
+
+DIST = {
+    "pyproject.toml": "[project]\nname = 'dp'\nversion = '0'\n",
+    "dp/__init__.py": "",
+    "dp/dist.py": '''
+        import os
+
+        import torch
+        import torch.distributed as dist
+
+
+        def on_rank0(x):
+            return x + 1
+
+
+        def on_every_rank(x):
+            return x * 2
+
+
+        def worker(rank, world):
+            dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" +
+                                    os.environ["DP_PORT"], rank=rank, world_size=world)
+            t = torch.tensor([float(on_every_rank(rank))])
+            dist.all_reduce(t)
+            dist.destroy_process_group()
+    ''',
+    "dp/in_mp_spawn.py": '''
+        def only_in_mp_spawn(x):
+            return x - 3
+    ''',
+    "scripts/train.py": '''
+        import torch
+        import torch.distributed as dist
+
+        from dp.dist import on_every_rank, on_rank0
+
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        t = torch.tensor([float(on_every_rank(rank))])
+        dist.all_reduce(t)
+        if rank == 0:
+            assert on_rank0(t.item()) == 3.0
+        dist.destroy_process_group()
+    ''',
+    "tests/test_torch_children.py": '''
+        import os
+        import socket
+        import subprocess
+        import sys
+
+        import torch.multiprocessing as mp
+
+
+        def free_port():
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                return str(s.getsockname()[1])
+
+
+        def _ranked(rank, world):
+            from dp.dist import worker
+            from dp.in_mp_spawn import only_in_mp_spawn
+            only_in_mp_spawn(rank)
+            worker(rank, world)
+
+
+        def test_mp_spawn():
+            os.environ["DP_PORT"] = free_port()
+            mp.spawn(_ranked, args=(2,), nprocs=2, join=True)
+
+
+        def test_torchrun():
+            subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                            "--master_port", free_port(), "scripts/train.py"],
+                           check=True, capture_output=True,
+                           env={**os.environ, "PYTHONPATH": os.getcwd()})
+    ''',
+}
+
+
+@pytest.mark.slow
+def test_mp_spawn_and_torchrun_record_for_their_tests_with_their_ranks(project):
+    project.write(DIST)
+    project.commit()
+    project.record()
+    tests = "tests/test_torch_children.py::"
+    project.edit("dp/in_mp_spawn.py", "return x - 3", "return x - 4")
+    assert project.selected() == {tests + "test_mp_spawn"}
+    project.git("checkout", "dp/in_mp_spawn.py")
+    project.edit("dp/dist.py", "return x + 1", "return x + 2")  # only torchrun's rank 0
+    assert project.selected() == {tests + "test_torchrun"}
+    project.git("checkout", "dp/dist.py")
+    project.edit("scripts/train.py", "rank = dist.get_rank()", "rank = int(dist.get_rank())")
+    assert project.selected() == {tests + "test_torchrun"}
+    project.git("checkout", "scripts/train.py")
+    for test in ("test_mp_spawn", "test_torchrun"):
+        explained = project.fastci("explain", tests + test).stdout
+        assert "process groups: gloo:2" in explained, explained
