@@ -9,6 +9,7 @@ test) selects a test whose processes never ran the change.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -443,3 +444,71 @@ def test_mp_spawn_and_torchrun_record_for_their_tests_with_their_ranks(project):
     for test in ("test_mp_spawn", "test_torchrun"):
         explained = project.fastci("explain", tests + test).stdout
         assert "process groups: gloo:2" in explained, explained
+
+
+
+def _selection(tests, changes, tree=None):
+    from fastci.runner.analysis.environment import current  # noqa: PLC0415
+    from fastci.runner.analysis.inventory import ImportGraph  # noqa: PLC0415
+    from fastci.runner.evidence import Snapshot  # noqa: PLC0415
+    from fastci.runner.selection.rules import SelectionInput, select  # noqa: PLC0415
+
+    env = current()
+    tree = tree or {"m.py": "1", "tests/t.py": "2", "assets/vocab.txt": "3", "README.md": "4"}
+    snap = Snapshot(commit="base", environment=env, tree=tree,
+                    tests={t.test_id: t for t in tests})
+    head = {**tree, **{c.path: "changed" for c in changes.files}}
+    return select(SelectionInput(head="head", head_tree=head, environment=env, snapshot=snap,
+                                 changes=changes, head_inventories={},
+                                 import_graph=ImportGraph({}), static_tests=[],
+                                 head_kernels={}))
+
+
+def test_a_changed_block_that_ran_in_a_child_is_never_offered_for_pruning():
+    """Pruning replays the module calls captured in the test's own process; the same change
+    may have behaved otherwise in a child, whose calls nobody captured."""
+    from fastci.runner.analysis.changes import ChangeSet, FileChange  # noqa: PLC0415
+    from fastci.runner.evidence import TestRecord  # noqa: PLC0415
+
+    here = TestRecord("tests/t.py::test_here", "passed", 1.0, blocks={"m.py": ("f",)},
+                      file_events=True)
+    there = TestRecord("tests/t.py::test_there", "passed", 1.0, blocks={"m.py": ("f",)},
+                       child_blocks={"m.py": ("f",)}, file_events=True)
+    sel = _selection([here, there], ChangeSet(files=(FileChange("m.py", "modified"),),
+                                              blocks={("m.py", "f"): "modified"}))
+    assert sel.decision(here.test_id).prunable == (("m.py", "f"),)
+    assert sel.decision(there.test_id).selected and sel.decision(there.test_id).prunable == ()
+
+
+def test_without_kernel_file_events_a_changed_data_file_selects_the_test_unless_ignored():
+    from fastci.runner.analysis.changes import ChangeSet, FileChange  # noqa: PLC0415
+    from fastci.runner.evidence import TestRecord  # noqa: PLC0415
+
+    watched = TestRecord("tests/t.py::test_watched", "passed", 1.0, blocks={"m.py": ("f",)},
+                         file_events=True)
+    unwatched = TestRecord("tests/t.py::test_unwatched", "passed", 1.0,
+                           blocks={"m.py": ("f",)})
+    data = _selection([watched, unwatched],
+                      ChangeSet(files=(FileChange("assets/vocab.txt", "modified"),)))
+    assert [d.test_id for d in data.selected] == [unwatched.test_id]
+    assert "without the kernel's file events" in data.decision(unwatched.test_id).reasons[0]
+    docs = _selection([watched, unwatched],
+                      ChangeSet(files=(FileChange("README.md", "modified"),)))
+    assert list(docs.selected) == []
+
+
+def test_the_environment_digest_covers_what_decides_the_ranks():
+    from dataclasses import replace  # noqa: PLC0415
+
+    from fastci.runner.analysis.environment import Environment  # noqa: PLC0415
+
+    cpu = Environment(python="3.11.7", torch="2.5", triton=None, cuda=None, gpu=None,
+                      platform="Linux-x86_64")
+    # Evidence recorded before GPU counts were known keeps the digest it was stored under.
+    before = {k: v for k, v in cpu.__dict__.items() if k not in ("lock_hash", "gpus", "nccl")}
+    assert cpu.digest == hashlib.sha256(json.dumps(before, sort_keys=True).encode()
+                                        ).hexdigest()[:16]
+    eight = replace(cpu, gpu="NVIDIA H200", gpus=8, nccl="2.21.5")
+    assert len({eight.digest, replace(eight, gpus=4).digest,
+                replace(eight, nccl="2.26.2").digest, cpu.digest}) == 4
+
