@@ -59,6 +59,7 @@ class _State:
         self.ranks: list[dict] = []
         self.spawned = 0
         self.saved = False  # finish has begun (it runs once)
+        self.main_started = cov is not None  # the interpreter's start-up is over
         self.written = False  # ... and has ended
 
     def path(self, suffix: str) -> str:
@@ -160,13 +161,19 @@ def finish(event: str = "atexit") -> None:
     state = _state
     if state is None or state.saved or state.pid != os.getpid():
         return
+    with sigterm_held():
+        _finish(state, event)
+
+
+def _finish(state: _State, event: str) -> None:
     state.saved = True
     cov = state.cov
     if cov is None:
         from coverage.control import process_startup  # noqa: PLC0415
 
         cov = getattr(process_startup, "coverage", None)
-    lines = None
+    lines = None if state.main_started else {}  # ended in start-up: it ran nothing yet
+    error = None if cov is not None or lines is not None else "coverage was not running"
     if cov is not None:
         try:
             if cov._started:
@@ -176,14 +183,15 @@ def finish(event: str = "atexit") -> None:
             for filename in data.measured_files():
                 if filename.startswith(state.root):
                     lines[filename] = sorted(data.lines(filename) or ())
-        except Exception:
+        except Exception as exc:
             lines = None  # no line evidence: the parent falls back, as for a crash
+            error = f"{type(exc).__name__}: {exc}"[:300]
     try:
         _write(state.path(".json"), {
             "format": FORMAT, "event": event, "pid": state.pid, "ppid": state.ppid,
             "tag": state.tag, "argv": _argv(), "lines": lines, "files": sorted(state.files),
             "kernels": sorted(state.kernels), "ranks": state.ranks,
-            "spawned": state.spawned})
+            "spawned": state.spawned, "error": error})
     except OSError:
         pass
     state.written = True
@@ -226,8 +234,8 @@ def _install_sigterm() -> None:
 
 def _on_sigterm(signum, frame) -> None:  # noqa: ARG001
     state = _state
-    if state is not None and state.pid == os.getpid() and state.saved and not state.written:
-        return  # the process is already ending and writing its evidence: let it finish
+    if state is not None and state.pid == os.getpid() and state.saved:
+        return  # the process is already ending, its evidence written or being written
     finish("sigterm")
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
@@ -290,6 +298,14 @@ def _audit(event: str, args: tuple) -> None:
 
 
 def _note(state: _State, event: str, args: tuple) -> None:
+    if event.startswith("cpython.run_"):  # the main program starts: start-up is over
+        state.main_started = True
+        from coverage.control import process_startup  # noqa: PLC0415 (already imported)
+
+        cov = getattr(process_startup, "coverage", None)
+        if cov is not None:  # only `finish` saves: coverage's own atexit save could race
+            cov._auto_save = False  # a pool's SIGTERM and leave a half-written data file
+        return
     if event == "open":
         path = args[0]
         mode = args[1] if len(args) > 1 else None

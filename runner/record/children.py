@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
@@ -73,6 +74,8 @@ class Children:
             disable_warnings=["no-data-collected", "module-not-measured",
                               "module-not-imported", "module-not-python", "include-ignored",
                               "couldnt-parse", "no-ctracer"])
+        if sys.version_info >= (3, 12):  # sys.monitoring: children need no dynamic contexts
+            config.core = "sysmon"
         self.config = config.serialize()
         for key, value in ((child.CONFIG, self.config), (child.ENV_DIR, self.folder),
                            (child.ENV_ROOT, self.root), (child.ENV_TAG, self.tag)):
@@ -157,7 +160,7 @@ class Children:
                 else:
                     reasons.append(f"{who} wrote no evidence (it crashed or was killed)")
             elif report.get("format") != child.FORMAT or report.get("lines") is None:
-                reasons.append(f"{who} recorded no lines")
+                reasons.append(f"{who} recorded no lines ({report.get('error') or 'unknown'})")
             else:
                 reports.append(report)
         if tag is None:
