@@ -135,7 +135,8 @@ def test_every_way_of_starting_a_python_child_records_for_its_test(project):
     project.record()
     for function, test in WAYS.items():
         _change(project, function)
-        chosen = {t["id"]: t["reasons"] for t in project.select()["tests"] if t["decision"] == "selected"}
+        chosen = {t["id"]: t["reasons"] for t in project.select()["tests"]
+                  if t["decision"] == "selected"}
         assert set(chosen) == {f"tests/test_processes.py::{test}"}, (function, chosen)
         project.git("checkout", "sp/work.py")
     explained = project.fastci("explain", "tests/test_processes.py::test_spawn_pool").stdout

@@ -127,6 +127,8 @@ def adopt(tag: str, folder: str, root: str, config: str) -> None:
 
 def _retag(tag: str) -> None:
     state = _state
+    if state is None:
+        return
     old = state.path(".start")
     state.tag = tag
     try:
@@ -172,7 +174,7 @@ def _finish(state: _State, event: str) -> None:
         from coverage.control import process_startup  # noqa: PLC0415
 
         cov = getattr(process_startup, "coverage", None)
-    lines = None if state.main_started else {}  # ended in start-up: it ran nothing yet
+    lines: dict | None = None if state.main_started else {}  # ended in start-up: ran nothing
     error = None if cov is not None or lines is not None else "coverage was not running"
     if cov is not None:
         try:
@@ -216,7 +218,7 @@ def _install_hooks() -> None:
     _hooks_installed = True
     sys.addaudithook(_audit)
     atexit.register(finish)
-    os._exit = _exit
+    os._exit = _exit  # type: ignore[assignment]
     os.register_at_fork(after_in_child=_after_fork)
     after_import("triton", _install_kernel_hook)
     after_import("torch.distributed", lambda module: patch_init_process_group(module, _on_rank))
@@ -353,8 +355,8 @@ def patch_init_process_group(module, on_rank) -> None:
             pass
         return result
 
-    init_process_group.__fastci__ = True
-    init_process_group.__wrapped__ = original
+    init_process_group.__fastci__ = True  # type: ignore[attr-defined]
+    init_process_group.__wrapped__ = original  # type: ignore[attr-defined]
     module.init_process_group = init_process_group
 
 

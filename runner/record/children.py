@@ -174,8 +174,8 @@ class Children:
         expected += [(r["pid"], r.get("spawned", 0), _who(f"{r['pid']}", r)) for r in reports]
         for pid, count, who in expected:
             if started_by.get(pid, 0) < count:
-                missing = count - started_by.get(pid, 0)
-                reasons.append(f"{missing} Python child process{'es' if missing > 1 else ''} "
+                absent = count - started_by.get(pid, 0)
+                reasons.append(f"{absent} Python child process{'es' if absent > 1 else ''} "
                                f"started by {who} did not report (not started through this "
                                "Python with FastCI's environment)")
         if reasons:
@@ -195,7 +195,7 @@ class Children:
     # -- results -----------------------------------------------------------------------------
     def unmerged(self, contexts) -> list[str]:
         """Why the children of these contexts are not in the evidence (empty: they all are)."""
-        out = []
+        out: list[str] = []
         for context in contexts:
             out.extend(self.failures.get(context, ()))
             if context not in self.failures and context not in self.evidence \
@@ -237,7 +237,7 @@ class Children:
         self._patched.append((spawn, "get_preparation_data", original))
         for helper in (forkserver.ForkServer, resource_tracker.ResourceTracker):
             ensure = helper.ensure_running
-            helper.ensure_running = _without_request(ensure)
+            helper.ensure_running = _without_request(ensure)  # type: ignore[method-assign]
             self._patched.append((helper, "ensure_running", ensure))
 
 
