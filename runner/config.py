@@ -6,6 +6,7 @@ silently ignored setting.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import sys
 from dataclasses import dataclass, fields
@@ -37,6 +38,11 @@ class Settings:
     per-dtype tolerances of `fastci.kernels.compare`) or "off"."""
     capture_budget_mb: float = 64.0
     """Bytes of captured module calls kept per test while recording (past it: not replayable)."""
+    ignore: tuple[str, ...] = ("*.md", "*.rst", "docs/*", "doc/*", "LICENSE*", "COPYING*",
+                               "AUTHORS*", "CHANGELOG*", "NOTICE*")
+    """Globs (on the repository path, or the file name) of non-Python files no test reads
+    (documentation): where a test's evidence saw no native readers, any other changed
+    non-Python file selects it."""
     mode: str = "enforce"
     """"enforce": run the selection. "shadow": select, but run every test, and record in the
     store's audit what the selection would have missed (`fastci audit`): how a team earns
@@ -51,8 +57,13 @@ class Settings:
     def is_blocking(self, dimension: str) -> bool:
         return dimension in self.blocking
 
+    def ignores(self, path: str) -> bool:
+        name = path.rsplit("/", 1)[-1]
+        return any(fnmatch.fnmatchcase(path, g) or fnmatch.fnmatchcase(name, g)
+                   for g in self.ignore)
 
-_TUPLES = {"dimensions", "blocking"}
+
+_TUPLES = {"dimensions", "blocking", "ignore"}
 _NUMBERS = {"failure_half_life", "capture_budget_mb"}
 PRUNE_MODES = ("exact", "tolerance", "off")
 

@@ -46,6 +46,12 @@ class TestRecord:
     code: Mapping[str, str] = field(default_factory=dict)
     """Where the item's own code lives when it is not a Python function (a doctest's
     docstring, a YAML test's file): kind, path, object, digest, sha. Empty for functions."""
+    child_blocks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """The blocks (also in `blocks`) that ran in a child process: never pruned."""
+    ranks: tuple[str, ...] = ()  # process groups joined, "backend:world_size" ("gloo:2")
+    file_events: bool = False
+    """Its files were recorded from the kernel's events (every reader, native code and
+    children included), not from Python's `open` alone."""
 
     @property
     def failed(self) -> bool:
@@ -53,14 +59,20 @@ class TestRecord:
 
     def payload(self) -> bytes:
         """The part selection reads, compressed for the store."""
-        body = {"b": self.blocks, "f": self.files, "d": list(self.dirs),
-                "k": self.kernels, "s": list(self.spawns)}
+        body: dict[str, object] = {"b": self.blocks, "f": self.files, "d": list(self.dirs),
+                                   "k": self.kernels, "s": list(self.spawns)}
         if self.modules is not None:
             body["m"] = self.modules
         if self.dynamic:
             body["y"] = self.dynamic
         if self.code:
             body["c"] = self.code
+        if self.child_blocks:
+            body["cb"] = self.child_blocks
+        if self.ranks:
+            body["r"] = list(self.ranks)
+        if self.file_events:
+            body["n"] = True
         return _pack(body)
 
     @classmethod
@@ -70,7 +82,9 @@ class TestRecord:
                    dirs=tuple(body["d"]), kernels=body["k"], spawns=tuple(body["s"]),
                    modules=body.get("m"),
                    dynamic={p: tuple(n) for p, n in body.get("y", {}).items()},
-                   code=body.get("c", {}), **fields)
+                   code=body.get("c", {}),
+                   child_blocks={p: tuple(q) for p, q in body.get("cb", {}).items()},
+                   ranks=tuple(body.get("r", ())), file_events=bool(body.get("n")), **fields)
 
 
 @dataclass(frozen=True)

@@ -244,14 +244,14 @@ def test_tests_that_start_python_children_are_selected_when_code_changes(project
     project.write(SPAWN_PROJECT)
     project.commit()
     project.record()
-    # The child runs compute(); the parent test never executes it, so only the spawn
-    # evidence can select it.
+    # The child runs compute(); the parent test never executes it, so only the child's own
+    # evidence, merged into the test's, can select it.
     project.edit("sp/work.py", "return 42", "return 43")
     result = project.select()
     chosen = {t["id"]: t for t in result["tests"] if t["decision"] == "selected"}
     assert set(chosen) == {"tests/test_spawn.py::test_child_computes"}
-    reasons = chosen["tests/test_spawn.py::test_child_computes"]["reasons"]
-    assert any("child processes" in r for r in reasons)
+    assert chosen["tests/test_spawn.py::test_child_computes"]["reasons"] == [
+        "executed changed code: sp/work.py::compute (modified)"]
     project.git("checkout", "sp/work.py")
     project.edit("sp/work.py", "def other():", "def other():  # a comment only")
     assert project.selected() == set()

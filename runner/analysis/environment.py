@@ -41,11 +41,16 @@ class Environment:
     gpu: str | None
     platform: str
     lock_hash: str | None = None  # hash of the dependency manifests at record time
+    gpus: int | None = None  # GPUs the driver shows: the world size `--nproc_per_node=gpu` gets
+    nccl: str | None = None  # the NCCL build torch's GPU ranks talk through
 
     @property
     def digest(self) -> str:
-        """Identity of the runtime; the lock hash is compared separately (see selection)."""
-        runtime = {k: v for k, v in asdict(self).items() if k != "lock_hash"}
+        """Identity of the runtime; the lock hash is compared separately (see selection).
+        What decides the ranks a distributed test runs with (GPU count, NCCL) is covered;
+        absent, it leaves the digest of evidence recorded before it was known unchanged."""
+        runtime = {k: v for k, v in asdict(self).items()
+                   if k != "lock_hash" and not (k in _RANKS and v is None)}
         return hashlib.sha256(json.dumps(runtime, sort_keys=True).encode()).hexdigest()[:16]
 
     def to_json(self) -> str:
@@ -59,8 +64,13 @@ class Environment:
         parts = [f"python {self.python}", f"torch {self.torch or '-'}",
                  f"triton {self.triton or '-'}", f"cuda {self.cuda or '-'}"]
         if self.gpu:
-            parts.append(self.gpu)
+            parts.append(f"{self.gpus} x {self.gpu}" if self.gpus and self.gpus > 1 else self.gpu)
+        if self.nccl:
+            parts.append(f"nccl {self.nccl}")
         return ", ".join(parts)
+
+
+_RANKS = ("gpus", "nccl")
 
 
 def _version(dist: str) -> str | None:
@@ -97,6 +107,18 @@ def _gpu_model() -> str | None:
     return None
 
 
+def _gpu_count() -> int | None:
+    return len(list(Path("/proc/driver/nvidia/gpus").glob("*/information"))) or None
+
+
+def _nccl() -> str | None:
+    for dist in ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11"):
+        version = _version(dist)
+        if version:
+            return version
+    return None
+
+
 def lock_hash(files: dict[str, bytes]) -> str | None:
     """Hash of the manifest files' contents, by path; None when the tree has none."""
     manifests = sorted((p, c) for p, c in files.items() if is_manifest(p))
@@ -113,4 +135,5 @@ def current(lock: str | None = None) -> Environment:
     return Environment(
         python=platform.python_version(), torch=_version("torch"), triton=_version("triton"),
         cuda=_torch_cuda(), gpu=_gpu_model(),
-        platform=f"{platform.system()}-{platform.machine()}", lock_hash=lock)
+        platform=f"{platform.system()}-{platform.machine()}", lock_hash=lock,
+        gpus=_gpu_count(), nccl=_nccl())

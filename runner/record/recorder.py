@@ -35,6 +35,8 @@ from fastci.runner.evidence import DYNAMIC_ALL, SESSION, Snapshot, TestRecord
 from fastci.runner.git import WORKTREE, Repo
 from fastci.runner.record import tracing
 from fastci.runner.record.capture import CAPTURED, INSIDE, ModuleCapture
+from fastci.runner.record.children import Children
+from fastci.runner.record.fileaccess import FileEvents
 
 if TYPE_CHECKING:
     import coverage
@@ -112,21 +114,53 @@ class Recorder:
         self._hooked: list = []
         self._module_count = -1
         self._modules_seen: set[str] = set()
+        self.children: Children | None = None  # children record for the test that started them
+        self.file_events: FileEvents | None = None  # every reader's opens, native ones too
+        self.file_events_lost: set[str] = set()  # contexts whose kernel events overflowed
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
         import coverage  # noqa: PLC0415 (only a recording session pays for it)
 
+        omit = ["*/site-packages/*", "*/.venv/*", "*/.fastci/*", "*/.git/*"]
         cov = self._cov = coverage.Coverage(
             data_file=None, source=[self.root], branch=False, config_file=False,
-            omit=["*/site-packages/*", "*/.venv/*", "*/.fastci/*", "*/.git/*"],
-            messages=False)
+            omit=omit, messages=False)
         cov.start()
         cov.switch_context(SESSION_CONTEXT)
         tracing.start(self._on_file)
         tracing.patch_cached_property()
         tracing.start_reading(self.root, self._adopt)
         self._route(SESSION_CONTEXT)
+        self.children = Children(self.root, omit, self._detach_in_fork)
+        self.children.start()
+        events = FileEvents(self.root, [p for p in self.tree
+                                        if tracing.wants(f"{self.root}/{p}", self.root)])
+        self.file_events = events if events.start() else None
+
+    def _detach_in_fork(self) -> None:
+        """In a forked child: the parent's hooks stop here; the child records on its own."""
+        tracing.stop()
+        self._kernel_hook.uninstall()
+        if self._cov is not None:
+            try:
+                self._cov.stop()
+            except Exception:  # a child's coverage may already be gone; it records on its own
+                pass
+        self._cov = None
+        self.file_events = None  # the parent drains the kernel's events, not the child
+        self.children = None
+
+    def _boundary(self, context: str) -> None:
+        """Between contexts: credit the kernel's file events so far to the one that ends,
+        and let children started from now on record for the next one."""
+        if self.file_events is not None:
+            for rel in self.file_events.drain():
+                self.files[self.context].add(os.path.join(self.root, rel))
+            if self.file_events.take_overflow():
+                self.file_events_lost.add(self.context)
+        if self.children is not None:
+            self.children.enter(context)
 
     @contextmanager
     def untraced(self) -> Iterator[None]:
@@ -207,17 +241,22 @@ class Recorder:
         self.memo.scan(lambda: fresh)
 
     def push(self, context: str) -> None:
+        self._boundary(context)
         self._stack.append(self.context)
         self.switch(context)
 
     def pop(self) -> None:
-        self.switch(self._stack.pop() if self._stack else SESSION_CONTEXT)
+        context = self._stack.pop() if self._stack else SESSION_CONTEXT
+        self._boundary(context)
+        self.switch(context)
 
     # -- events ------------------------------------------------------------------------------
     def _on_file(self, kind: str, path: str) -> None:
         if kind == "spawn":
             if path:
                 self.spawns[self.context].add(path)
+                if self.children is not None:
+                    self.children.on_spawn()
             return
         full = path if path.startswith("/") else os.path.join(os.getcwd(), path)
         if kind == "open":
@@ -247,6 +286,8 @@ class Recorder:
             self.capture.end_test()
         self.memo_hits[nodeid] = self.memo.end()
         self.pop()
+        if self.children is not None:
+            self.children.collect(nodeid)
         test = self.tests[nodeid]
         test.outcome, test.duration = outcome, duration
         test.markers, test.dimension = markers, dimension
@@ -262,9 +303,11 @@ class Recorder:
         """Stop every hook and turn what the session saw into per-test evidence."""
         self._stop_hooks()
         lines_by_context = self._lines_by_context()
+        watched = self._finish_file_events()
+        child_lines = self._merge_children(lines_by_context)
         inventories = inventory.load(self.repo, WORKTREE, self.tree, store)
         shas = _FileHasher(self.root, self.tree)
-        tests = self._test_records(inventories, lines_by_context, shas)
+        tests = self._test_records(inventories, lines_by_context, shas, child_lines, watched)
         import_time = _import_time(inventories, lines_by_context)
         session_files = self._session_files(shas)
         if self.capture is not None:
@@ -306,13 +349,21 @@ class Recorder:
 
     def _test_records(self, inventories: dict[str, FileBlocks],
                       lines_by_context: dict[str, dict[str, set[int]]],
-                      shas: _FileHasher) -> dict[str, TestRecord]:
+                      shas: _FileHasher, child_lines: dict[str, dict[str, set[int]]],
+                      watched: bool) -> dict[str, TestRecord]:
         """Every test's evidence, its kernels hashed with what they call and read."""
         all_kernels = {f"{p}::{q}" for ks in self.kernels.values() for p, q in ks}
         kernel_hash = inventory.kernel_hashes(inventories, all_kernels)
         tests = {}
         for nodeid, test in self.tests.items():
             seen = self._seen_by(nodeid, test, lines_by_context)
+            contexts = [*test.contexts, *sorted(self._derived.get(nodeid, ()))]
+            in_children: dict[str, set[int]] = defaultdict(set)
+            for context in contexts:
+                for path, ls in child_lines.get(context, {}).items():
+                    in_children[path] |= ls
+            if self.children is not None:  # children record: only unmerged ones are a gap
+                seen.spawns = set(self.children.unmerged(contexts))
             tests[nodeid] = TestRecord(
                 test_id=nodeid, outcome=test.outcome, duration=test.duration,
                 blocks=self._blocks(nodeid, test, seen, inventories),
@@ -325,8 +376,41 @@ class Recorder:
                 lines={p: tuple(sorted(ls)) for p, ls in seen.lines.items()},
                 modules=self._module_evidence(nodeid, test, lines_by_context),
                 dynamic=self._dynamic_reads(nodeid, test),
-                code=self._item_code(nodeid, shas))
+                code=self._item_code(nodeid, shas),
+                child_blocks={p: tuple(sorted({inventories[p].owner_of(n) for n in ls}))
+                              for p, ls in in_children.items() if p in inventories},
+                ranks=self.children.ranks_of(contexts) if self.children else (),
+                file_events=watched and not self.file_events_lost.intersection(contexts))
         return tests
+
+    def _finish_file_events(self) -> bool:
+        """The last kernel file events, credited to the context still open; whether every
+        reader's opens were watched at all in this session."""
+        if self.file_events is None:
+            return False
+        self._boundary(self.context)
+        self.file_events.close()
+        self.file_events = None
+        return True
+
+    def _merge_children(self, lines_by_context: dict[str, dict[str, set[int]]]
+                        ) -> dict[str, dict[str, set[int]]]:
+        """Children's evidence joins the context that started them; returns their lines
+        alone, by context (pruning never replays what ran in a child)."""
+        child_lines: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
+        if self.children is None:
+            return child_lines
+        self.children.stop()
+        for tag, evidence in self.children.evidence.items():
+            for filename, ls in evidence.lines.items():
+                rel = os.path.relpath(filename, self.root)
+                if rel in self.tree:
+                    lines_by_context[tag][rel] |= ls
+                    child_lines[tag][rel] |= ls
+            self.files[tag] |= {f for f in evidence.files if tracing.wants(f, self.root)}
+            self.kernels[tag] |= {(os.path.relpath(f, self.root), q)
+                                  for f, q in evidence.kernels}
+        return child_lines
 
     def _seen_by(self, nodeid: str, test: _Test,
                  lines_by_context: dict[str, dict[str, set[int]]]) -> _Seen:
@@ -537,6 +621,8 @@ def recording_from_json(data: dict) -> tuple[Recording, dict[str, dict]]:
         t["spawns"] = tuple(t["spawns"])
         t["markers"] = tuple(t["markers"])
         t["dynamic"] = {p: tuple(n) for p, n in t.get("dynamic", {}).items()}
+        t["child_blocks"] = {p: tuple(q) for p, q in t.get("child_blocks", {}).items()}
+        t["ranks"] = tuple(t.get("ranks", ()))
         tests[t["test_id"]] = TestRecord(**t)
     rec = Recording(tree=data["tree"], environment=Environment(**data["environment"]),
                     tests=tests, import_time=data["import_time"],

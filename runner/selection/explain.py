@@ -70,4 +70,21 @@ def explain(sel: Selection, test_id: str, evidence=None, not_pruned: str | None 
             where = evidence.code.get("object") or ""
             lines.append(f"    its code: a {evidence.code.get('kind')} item in "
                          f"{evidence.code.get('path')}" + (f" ({where})" if where else ""))
+        lines += _children_and_readers(evidence)
     return "\n".join(lines)
+
+
+def _children_and_readers(evidence) -> list[str]:
+    """What child processes added, what could not be merged, and how files were seen."""
+    out = []
+    in_children = sum(len(q) for q in evidence.child_blocks.values())
+    if in_children:
+        out.append(f"    {in_children} of the blocks ran in child processes (never pruned)")
+    for reason in evidence.spawns[:5]:
+        out.append(f"    child evidence not merged (select on any change): {reason}")
+    if evidence.ranks:
+        out.append("    process groups: " + ", ".join(evidence.ranks))
+    out.append("    files seen through " + ("the kernel's file events (every reader)"
+                                            if evidence.file_events else
+                                            "Python's open() only (native readers unseen)"))
+    return out

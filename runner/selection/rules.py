@@ -151,6 +151,11 @@ class _Rules:
             not c.path.endswith(".py") for c in changes.files)
         self._sources: dict[str, bytes | None] = {}
         self.namespace_readers = self._namespace_readers()
+        # Changed non-Python files a native reader might have read unseen, where a test's
+        # evidence lacks the kernel's file events (no inotify, or events lost).
+        self.unwatched_changes = [f"{c.path} ({c.status})" for c in changes.files
+                                  if not c.path.endswith(".py")
+                                  and not inp.settings.ignores(c.path)]
         status = changes.file_status()
         self.added_or_removed: dict[str, list[str]] = defaultdict(list)
         for path, change in status.items():
@@ -186,7 +191,9 @@ class _Rules:
                  *self._changed_inputs(test), *self._unseen_dependencies(test)]
         out = own + executed.reasons + [reason for reason, _ in later]
         units = executed.units + sum(n for _, n in later)
-        if executed.reasons and not own and not later:
+        in_child = [k for k in executed.keys if k[1] in test.child_blocks.get(k[0], ())]
+        if executed.reasons and not own and not later and not in_child:
+            # Pruning replays in-process module calls: a change a child ran is never pruned.
             return out, units, tuple(sorted(executed.keys)), tuple(sorted(executed.conditions))
         return out, units, (), ()
 
@@ -286,9 +293,13 @@ class _Rules:
         values read by string."""
         out = []
         if test.spawns and self.code_or_data_changed:
-            out.append((f"it starts child processes FastCI does not trace ({test.spawns[0]}"
-                        f"{' and more' if len(test.spawns) > 1 else ''}), and code or data "
-                        "changed", 1))
+            out.append((f"it starts child processes whose evidence FastCI could not merge "
+                        f"({test.spawns[0]}{' and more' if len(test.spawns) > 1 else ''}), "
+                        "and code or data changed", 1))
+        if not test.file_events and self.unwatched_changes:
+            out.append((_examples("its file evidence was recorded without the kernel's file "
+                                  "events (which see native readers and child processes), "
+                                  "and non-Python files changed", self.unwatched_changes), 1))
         kernels = [k for k, h in test.kernels.items()
                    if self.inp.head_kernels.get(k, "missing") != h]
         if kernels:

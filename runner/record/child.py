@@ -1,0 +1,411 @@
+"""Inside a child process of a recorded test: what it runs, reads and launches.
+
+The recording parent hands its children coverage.py's own start-up request
+(`COVERAGE_PROCESS_CONFIG`, read by the `.pth` file coverage installs) with this module named
+as a coverage plugin, so coverage imports it as the child starts; we write no tracer. Forked
+children (multiprocessing's fork context, DataLoader workers) restart coverage after the fork;
+children of a forkserver get their start-up through the process's preparation data.
+
+Each child writes two files in its parent test's folder (`FASTCI_CHILD_DIR`, one subfolder per
+test context, `FASTCI_CHILD_TAG`):
+
+- `<pid>-<nonce>.start` as it starts: the parent then knows a child ran, whatever follows;
+- `<pid>-<nonce>.json` as it ends (normal exit, `os._exit`, SIGTERM): the lines it executed
+  under the repository, the non-Python files it opened, the Triton kernels it launched, the
+  torch.distributed groups it joined and how many Python children it started itself.
+
+The evidence file is written whole and renamed into place, so a child that crashes, is killed
+or hangs leaves a start marker without evidence: its parent test then keeps the
+select-on-any-change rule, with the reason. This module imports little: it runs in every child.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.abc
+import json
+import os
+import signal
+import sys
+import threading
+
+from fastci.runner.record import tracing
+
+ENV_DIR = "FASTCI_CHILD_DIR"
+ENV_TAG = "FASTCI_CHILD_TAG"
+ENV_ROOT = "FASTCI_CHILD_ROOT"
+CONFIG = "COVERAGE_PROCESS_CONFIG"
+ENV_KEYS = (ENV_DIR, ENV_TAG, ENV_ROOT, CONFIG)
+FORMAT = 1
+
+
+def tag_folder(folder: str, tag: str) -> str:
+    """The subfolder where the children of one test context write (a tag is a test id)."""
+    import hashlib  # noqa: PLC0415
+
+    return os.path.join(folder, hashlib.sha1(tag.encode()).hexdigest()[:16])
+
+
+class _State:
+    """This process's recording: one per process (a fork starts a new one)."""
+
+    def __init__(self, tag: str, folder: str, root: str, cov) -> None:
+        self.tag, self.folder, self.root, self.cov = tag, folder, root, cov
+        self.pid = os.getpid()
+        self.ppid = os.getppid()
+        self.name = f"{self.pid}-{os.urandom(4).hex()}"
+        self.files: set[str] = set()
+        self.kernels: set[tuple[str, str]] = set()
+        self.ranks: list[dict] = []
+        self.spawned = 0
+        self.saved = False  # finish has begun (it runs once)
+        self.main_started = cov is not None  # the interpreter's start-up is over
+        self.written = False  # ... and has ended
+
+    def path(self, suffix: str) -> str:
+        return os.path.join(tag_folder(self.folder, self.tag), self.name + suffix)
+
+
+_state: _State | None = None
+_hooks_installed = False
+_starting = False  # `start_coverage` runs: its plugin load must not begin a second record
+_real_exit = os._exit
+
+
+def coverage_init(reg, options) -> None:  # noqa: ARG001 (coverage's plugin entry point)
+    """Called by coverage.py as it starts in a child that inherited the recording's request."""
+    folder, tag, root = (os.environ.get(k) for k in (ENV_DIR, ENV_TAG, ENV_ROOT))
+    if folder and root and tag is not None and not _starting:
+        try:
+            begin(tag, folder, root, cov=None)
+        except Exception:  # the child must run as it would: without evidence, it falls back
+            pass
+
+
+def begin(tag: str, folder: str, root: str, cov) -> None:
+    """Start this process's evidence: the start marker first, then the hooks that fill it.
+    `cov` is the Coverage measuring this process, or None when coverage's start-up owns it."""
+    global _state
+    _state = _State(tag, folder, root, cov)
+    _install_hooks()
+    _install_sigterm()
+    try:
+        os.makedirs(tag_folder(folder, tag), exist_ok=True)
+        _write(_state.path(".start"), {"pid": _state.pid, "ppid": _state.ppid,
+                                       "argv": _argv(), "tag": tag})
+    except OSError:
+        _state = None  # nowhere to write: no marker, so the parent counts a silent child
+
+
+def start_coverage(config: str):
+    """Start coverage in this process from a serialized config (forks, forkserver children)."""
+    global _starting
+    from coverage.control import Coverage  # noqa: PLC0415
+
+    _starting = True
+    try:
+        cov = Coverage(config_file=":data:" + config)
+        cov._warn_no_data = False
+        cov._warn_unimported_source = False
+        cov._warn_preimported_source = False
+        cov._auto_save = False  # `finish` reads the data; nothing else needs the data file
+        cov.start()
+    finally:
+        _starting = False
+    return cov
+
+
+def adopt(tag: str, folder: str, root: str, config: str) -> None:
+    """A multiprocessing child that coverage's start-up did not reach (a forkserver's child,
+    whose server was started without the request): start here, for `tag`."""
+    if _state is not None and _state.pid == os.getpid():
+        if _state.tag != tag:  # started from inherited variables: the parent knows better
+            _retag(tag)
+        return
+    begin(tag, folder, root, start_coverage(config))
+
+
+def _retag(tag: str) -> None:
+    state = _state
+    if state is None:
+        return
+    old = state.path(".start")
+    state.tag = tag
+    try:
+        os.makedirs(tag_folder(state.folder, tag), exist_ok=True)
+        _write(state.path(".start"), {"pid": state.pid, "ppid": state.ppid, "argv": _argv(),
+                                      "tag": tag})
+        os.unlink(old)
+    except OSError:
+        pass
+
+
+class Stowaway:
+    """Travels in multiprocessing's preparation data; unpickled in the child, it starts the
+    child's recording for the test that started the process (coverage.py's own trick)."""
+
+    def __init__(self, tag: str, folder: str, root: str, config: str) -> None:
+        self.state = {"tag": tag, "folder": folder, "root": root, "config": config}
+
+    def __getstate__(self) -> dict:
+        return self.state
+
+    def __setstate__(self, state: dict) -> None:
+        self.state = state
+        try:
+            adopt(state["tag"], state["folder"], state["root"], state["config"])
+        except Exception:  # the child runs on; without evidence its parent falls back
+            pass
+
+
+def finish(event: str = "atexit") -> None:
+    """Write this process's evidence, once, whole (renamed into place)."""
+    state = _state
+    if state is None or state.saved or state.pid != os.getpid():
+        return
+    with sigterm_held():
+        _finish(state, event)
+
+
+def _finish(state: _State, event: str) -> None:
+    state.saved = True
+    cov = state.cov
+    if cov is None:
+        from coverage.control import process_startup  # noqa: PLC0415
+
+        cov = getattr(process_startup, "coverage", None)
+    lines: dict | None = None if state.main_started else {}  # ended in start-up: ran nothing
+    error = None if cov is not None or lines is not None else "coverage was not running"
+    if cov is not None:
+        try:
+            if cov._started:
+                cov.stop()
+            data = cov.get_data()
+            lines = {}
+            for filename in data.measured_files():
+                if filename.startswith(state.root):
+                    lines[filename] = sorted(data.lines(filename) or ())
+        except Exception as exc:
+            lines = None  # no line evidence: the parent falls back, as for a crash
+            error = f"{type(exc).__name__}: {exc}"[:300]
+    try:
+        _write(state.path(".json"), {
+            "format": FORMAT, "event": event, "pid": state.pid, "ppid": state.ppid,
+            "tag": state.tag, "argv": _argv(), "lines": lines, "files": sorted(state.files),
+            "kernels": sorted(state.kernels), "ranks": state.ranks,
+            "spawned": state.spawned, "error": error})
+    except OSError:
+        pass
+    state.written = True
+
+
+def _write(path: str, obj: dict) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(obj, fh)
+    os.replace(tmp, path)
+
+
+def _argv() -> list[str]:
+    return [str(a) for a in getattr(sys, "orig_argv", sys.argv)][:8]
+
+
+# -- hooks, installed once per process ----------------------------------------------------
+def _install_hooks() -> None:
+    global _hooks_installed
+    if _hooks_installed:
+        return
+    _hooks_installed = True
+    sys.addaudithook(_audit)
+    atexit.register(finish)
+    os._exit = _exit  # type: ignore[assignment]
+    os.register_at_fork(after_in_child=_after_fork)
+    after_import("triton", _install_kernel_hook)
+    after_import("torch.distributed", lambda module: patch_init_process_group(module, _on_rank))
+
+
+def _install_sigterm() -> None:
+    """Multiprocessing pools end their workers with SIGTERM: write the evidence first."""
+    try:
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError):
+        pass  # not the main thread: a terminated child then leaves no evidence (fallback)
+
+
+def _on_sigterm(signum, frame) -> None:  # noqa: ARG001
+    state = _state
+    if state is not None and state.pid == os.getpid() and state.saved:
+        return  # the process is already ending, its evidence written or being written
+    finish("sigterm")
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+class sigterm_held:
+    """SIGTERM waits while a fork child sets its recording up (a pool terminating a worker
+    that is still starting), then reaches the handler that writes the evidence."""
+
+    def __enter__(self):
+        try:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        except (AttributeError, OSError, ValueError):
+            pass
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        except (AttributeError, OSError, ValueError):
+            pass
+
+
+def _exit(code: int) -> None:
+    try:
+        finish("_exit")
+    finally:
+        _real_exit(code)
+
+
+def _after_fork() -> None:
+    """A fork of a recorded child is a child of its own: fresh coverage, fresh evidence."""
+    state = _state
+    if state is None:
+        return
+    from coverage.control import Coverage  # noqa: PLC0415
+
+    config = os.environ.get(CONFIG)
+    inherited = state.cov or Coverage.current()
+    with sigterm_held():
+        if inherited is not None:
+            inherited._auto_save = False
+            try:
+                inherited.stop()
+            except Exception:
+                pass
+        cov = start_coverage(config) if config else None
+        begin(state.tag, state.folder, state.root, cov)
+
+
+def _audit(event: str, args: tuple) -> None:
+    """Runs on every audited event of the child: no imports, and it never raises."""
+    state = _state
+    if state is None or state.pid != os.getpid() or state.saved:
+        return
+    try:
+        _note(state, event, args)
+    except Exception:
+        pass
+
+
+def _note(state: _State, event: str, args: tuple) -> None:
+    if event.startswith("cpython.run_"):  # the main program starts: start-up is over
+        state.main_started = True
+        from coverage.control import process_startup  # noqa: PLC0415 (already imported)
+
+        cov = getattr(process_startup, "coverage", None)
+        if cov is not None:  # only `finish` saves: coverage's own atexit save could race
+            cov._auto_save = False  # a pool's SIGTERM and leave a half-written data file
+        return
+    if event == "open":
+        path = args[0]
+        mode = args[1] if len(args) > 1 else None
+        if isinstance(path, int) or path is None:
+            return
+        if isinstance(mode, str) and ("w" in mode or "a" in mode or "x" in mode) \
+                and "+" not in mode:
+            return
+        path = os.fsdecode(path)
+        full = path if path.startswith("/") else os.path.join(os.getcwd(), path)
+        if tracing.wants(full, state.root) and os.path.isfile(full):
+            state.files.add(os.path.normpath(full))
+    elif event in ("subprocess.Popen", "os.posix_spawn", "os.spawn"):
+        if tracing._describe_spawn(event, args):
+            state.spawned += 1
+
+
+def _install_kernel_hook(module) -> None:  # noqa: ARG001
+    def on_launch(filename: str, qualname: str) -> None:
+        state = _state
+        if state is not None and filename.startswith(state.root):
+            state.kernels.add((filename, qualname))
+
+    tracing.KernelHook(on_launch).install()
+
+
+def _on_rank(info: dict) -> None:
+    if _state is not None:
+        _state.ranks.append(info)
+
+
+def patch_init_process_group(module, on_rank) -> None:
+    """Note the backend, world size and rank of every process group a process joins."""
+    original = getattr(module, "init_process_group", None)
+    if original is None or getattr(original, "__fastci__", False):
+        return
+
+    def init_process_group(*args, **kwargs):
+        result = original(*args, **kwargs)
+        try:
+            on_rank({"backend": str(module.get_backend()),
+                     "world_size": int(module.get_world_size()),
+                     "rank": int(module.get_rank())})
+        except Exception:
+            pass
+        return result
+
+    init_process_group.__fastci__ = True  # type: ignore[attr-defined]
+    init_process_group.__wrapped__ = original  # type: ignore[attr-defined]
+    module.init_process_group = init_process_group
+
+
+# -- run a callback once a module is imported ---------------------------------------------
+class _AfterImport(importlib.abc.MetaPathFinder):
+    def __init__(self) -> None:
+        self.callbacks: dict[str, list] = {}
+
+    def find_spec(self, name, path, target=None):
+        if name not in self.callbacks:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        original = getattr(loader, "exec_module", None)
+        if original is None:
+            return spec
+        callbacks = self.callbacks.pop(name)
+
+        def exec_module(module):
+            original(module)
+            for callback in callbacks:
+                try:
+                    callback(module)
+                except Exception:
+                    pass
+
+        loader.exec_module = exec_module  # type: ignore[method-assign,union-attr]  # on purpose: runs the callbacks after the module's own code
+        return spec
+
+
+_finder = _AfterImport()
+
+
+def after_import(name: str, callback) -> None:
+    """Call `callback(module)` once `name` is imported (now, if it already is)."""
+    module = sys.modules.get(name)
+    if module is not None:
+        try:
+            callback(module)
+        except Exception:
+            pass
+        return
+    _finder.callbacks.setdefault(name, []).append(callback)
+    if _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)

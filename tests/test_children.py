@@ -1,0 +1,516 @@
+"""Child processes record for the test that started them, and native readers are seen.
+
+Every way a test can start a child that runs the repository's code has a test here, on a
+real repository recorded through the real CLI. Each project gives every test its own function,
+run only in that test's child, so that a change selects exactly one test: a child that escapes
+notice leaves its test unselected, and an unsound merge (credit to the wrong test, or to every
+test) selects a test whose processes never ran the change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+
+import pytest
+
+from fastci.runner.record.children import Children
+
+WORK = '''
+def in_python_c(x):
+    return x + 1
+
+
+def in_python_m(x):
+    return x + 2
+
+
+def in_pytest_child(x):
+    return x + 3
+
+
+def in_spawn_pool(x):
+    return x * 2
+
+
+def in_forkserver(x):
+    return x * 3
+
+
+def in_fork_pool(x):
+    return x * 4
+
+
+def nobody(x):
+    return x - 1
+'''
+
+PROCESSES = {
+    "pyproject.toml": "[project]\nname = 'sp'\nversion = '0'\n",
+    "sp/__init__.py": "",
+    "sp/work.py": WORK,
+    "sp/tool.py": '''
+        import sys
+
+        from sp.work import in_python_m
+
+        if __name__ == "__main__":
+            print(in_python_m(int(sys.argv[1])))
+    ''',
+    "inner/inner_check.py": '''
+        from sp.work import in_pytest_child
+
+
+        def test_inner():
+            assert in_pytest_child(1) == 4
+    ''',
+    "tests/test_processes.py": '''
+        import multiprocessing
+        import subprocess
+        import sys
+
+        from sp import work
+
+
+        def run(*args):
+            return subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                                  check=True).stdout.strip()
+
+
+        def test_python_c():
+            assert run("-c", "from sp.work import in_python_c; print(in_python_c(1))") == "2"
+
+
+        def test_python_m():
+            assert run("-m", "sp.tool", "1") == "3"
+
+
+        def test_pytest_child():
+            assert "1 passed" in run("-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                     "inner/inner_check.py")
+
+
+        def test_spawn_pool():
+            with multiprocessing.get_context("spawn").Pool(2) as pool:
+                assert pool.map(work.in_spawn_pool, [1, 2]) == [2, 4]
+
+
+        def test_forkserver():
+            ctx = multiprocessing.get_context("forkserver")
+            with ctx.Pool(1) as pool:
+                assert pool.map(work.in_forkserver, [1]) == [3]
+
+
+        def test_fork_pool():
+            with multiprocessing.get_context("fork").Pool(2) as pool:
+                assert pool.map(work.in_fork_pool, [1, 2]) == [4, 8]
+
+
+        def test_no_child():
+            assert work.nobody(1) == 0
+    ''',
+}
+
+WAYS = {  # the function each test's child, and only its child, runs
+    "in_python_c": "test_python_c",
+    "in_python_m": "test_python_m",
+    "in_pytest_child": "test_pytest_child",
+    "in_spawn_pool": "test_spawn_pool",
+    "in_forkserver": "test_forkserver",
+    "in_fork_pool": "test_fork_pool",
+    "nobody": "test_no_child",
+}
+
+
+def _change(project, function: str) -> None:
+    project.edit("sp/work.py", f"def {function}(x):\n    return x",
+                 f"def {function}(x):\n    return -x")
+
+
+def test_every_way_of_starting_a_python_child_records_for_its_test(project):
+    project.write(PROCESSES)
+    project.commit()
+    project.record()
+    for function, test in WAYS.items():
+        _change(project, function)
+        chosen = {t["id"]: t["reasons"] for t in project.select()["tests"]
+                  if t["decision"] == "selected"}
+        assert set(chosen) == {f"tests/test_processes.py::{test}"}, (function, chosen)
+        project.git("checkout", "sp/work.py")
+    explained = project.fastci("explain", "tests/test_processes.py::test_spawn_pool").stdout
+    assert "sp/work.py: <module>, in_spawn_pool" in explained
+    assert "ran in child processes (never pruned)" in explained
+
+
+CRASHES = {
+    "pyproject.toml": "[project]\nname = 'cr'\nversion = '0'\n",
+    "cr/__init__.py": "",
+    "cr/work.py": '''
+        import os
+        import signal
+
+
+        def dies():
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+        def lingers():
+            import time
+            time.sleep(8)
+
+
+        def fine():
+            return 1
+    ''',
+    "tests/test_crash.py": '''
+        import multiprocessing
+        import subprocess
+        import sys
+
+        from cr import work
+
+
+        def test_child_killed():
+            p = multiprocessing.get_context("spawn").Process(target=work.dies)
+            p.start()
+            p.join()
+            assert p.exitcode == -9
+
+
+        def test_child_outlives_test():
+            subprocess.Popen([sys.executable, "-c", "from cr.work import lingers; lingers()"])
+
+
+        def test_child_fine():
+            p = multiprocessing.get_context("spawn").Process(target=work.fine)
+            p.start()
+            p.join()
+    ''',
+    "data/unrelated.json": "{}\\n",
+}
+
+
+def test_a_child_without_evidence_keeps_select_on_any_change_and_says_why(project):
+    project.write(CRASHES)
+    project.commit()
+    project.record()
+    project.edit("cr/work.py", "return 1", "return 2")  # only test_child_fine's child ran it
+    result = project.select()
+    chosen = {t["id"]: t["reasons"] for t in result["tests"] if t["decision"] == "selected"}
+    assert set(chosen) == {"tests/test_crash.py::test_child_fine",
+                           "tests/test_crash.py::test_child_killed",
+                           "tests/test_crash.py::test_child_outlives_test"}
+    killed = " ".join(chosen["tests/test_crash.py::test_child_killed"])
+    assert "could not merge" in killed and "wrote no evidence (it crashed or was killed)" in killed
+    lingering = " ".join(chosen["tests/test_crash.py::test_child_outlives_test"])
+    assert "was still running when its test ended" in lingering
+    assert "executed changed code: cr/work.py::fine" in \
+        " ".join(chosen["tests/test_crash.py::test_child_fine"])
+    explained = project.fastci("explain", "tests/test_crash.py::test_child_killed").stdout
+    assert "child evidence not merged (select on any change)" in explained
+    # No half-merged evidence: the killed child's own lines (dies) are not in the evidence.
+    assert "dies" not in explained.split("evidence:", 1)[1]
+
+
+def test_partial_or_missing_evidence_files_merge_nothing(tmp_path):
+    """The parent's reading of a context's folder, on files as children leave them."""
+    children = Children(str(tmp_path), [], lambda: None)
+    children.start()
+    try:
+        folder = tmp_path / "t"
+        from fastci.runner.record import child  # noqa: PLC0415
+
+        where = child.tag_folder(children.folder, "tests/t.py::test_a")
+        os.makedirs(where)
+        dead = 2 ** 22 + 1  # above pid_max: no such process
+        good = {"format": 1, "pid": dead, "ppid": os.getpid(), "tag": "tests/t.py::test_a",
+                "argv": ["python"], "lines": {str(folder / "m.py"): [1]}, "files": [],
+                "kernels": [], "ranks": [], "spawned": 0}
+        for name, report in ((f"{dead}-a", good), (f"{dead}-b", "{\"format\": 1, \"li")):
+            marker = {"pid": dead, "ppid": os.getpid(), "argv": ["python"],
+                      "tag": "tests/t.py::test_a"}
+            with open(os.path.join(where, f"{name}.start"), "w") as fh:
+                json.dump(marker, fh)
+            with open(os.path.join(where, f"{name}.json"), "w") as fh:
+                fh.write(report if isinstance(report, str) else json.dumps(report))
+        children.collect("tests/t.py::test_a")
+        assert "tests/t.py::test_a" not in children.evidence  # one bad file: nothing merged
+        assert children.unmerged(["tests/t.py::test_a"]) == [
+            f"child pid {dead} (python) wrote unreadable evidence"]
+    finally:
+        children.stop()
+
+
+NATIVE = {
+    "pyproject.toml": "[project]\nname = 'nat'\nversion = '0'\n",
+    "nat/__init__.py": "",
+    "nat/read.py": '''
+        import ctypes
+        import ctypes.util
+        import os
+
+        _libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        _libc.fopen.restype = ctypes.c_void_p
+        _libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+        _libc.fread.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
+                                ctypes.c_void_p]
+        _libc.fclose.argtypes = [ctypes.c_void_p]
+
+
+        def read_native(path):
+            """Through the C library: no Python audit event is raised."""
+            fh = _libc.fopen(os.fsencode(path), b"rb")
+            buf = ctypes.create_string_buffer(64)
+            n = _libc.fread(buf, 1, 64, fh)
+            _libc.fclose(fh)
+            return buf.raw[:n].decode()
+    ''',
+    "assets/vocab.txt": "a b c\n",
+    "assets/other.txt": "x y\n",
+    "tests/test_native.py": '''
+        from nat.read import read_native
+
+
+        def test_vocab():
+            assert read_native("assets/vocab.txt").split() == ["a", "b", "c"]
+
+
+        def test_other():
+            assert read_native("assets/other.txt").split() == ["x", "y"]
+    ''',
+}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
+def test_a_file_read_through_the_c_library_selects_its_reader(project):
+    project.write(NATIVE)
+    project.commit()
+    project.record()
+    project.write({"assets/vocab.txt": "a b d\n"})
+    assert project.selected() == {"tests/test_native.py::test_vocab"}
+    explained = project.fastci("explain", "tests/test_native.py::test_vocab").stdout
+    assert "read 1 data files: assets/vocab.txt" in explained
+    assert "kernel's file events" in explained
+
+
+LOADER = {
+    "pyproject.toml": "[project]\nname = 'dl'\nversion = '0'\n",
+    "dl/__init__.py": "",
+    "dl/data.py": '''
+        import torch
+        from torch.utils.data import Dataset
+
+
+        def keep(x):
+            """A filter only the DataLoader's workers run."""
+            return x % 2 == 0
+
+
+        def scale(x):
+            """Only the test process runs this."""
+            return x * 1.0
+
+
+        class Numbers(Dataset):
+            def __len__(self):
+                return 8
+
+            def __getitem__(self, i):
+                return torch.tensor(float(i)) if keep(i) else torch.tensor(-1.0)
+    ''',
+    "tests/test_loader.py": '''
+        import torch
+        from torch.utils.data import DataLoader
+
+        from dl.data import Numbers, keep, scale
+
+
+        def test_dataloader_workers():
+            batches = list(DataLoader(Numbers(), batch_size=4, num_workers=2))
+            assert torch.cat(batches).tolist() == [0, -1, 2, -1, 4, -1, 6, -1]
+
+
+        def test_in_process():
+            assert scale(2) == 2.0
+    ''',
+}
+
+
+def test_dataloader_workers_record_for_their_test(project):
+    project.write(LOADER)
+    project.commit()
+    project.record()
+    project.edit("dl/data.py", "return x % 2 == 0", "return x % 2 == 1")
+    assert project.selected() == {"tests/test_loader.py::test_dataloader_workers"}
+    project.git("checkout", "dl/data.py")
+    project.edit("dl/data.py", "return x * 1.0", "return x * 2.0")
+    assert project.selected() == {"tests/test_loader.py::test_in_process"}
+
+
+DIST = {
+    "pyproject.toml": "[project]\nname = 'dp'\nversion = '0'\n",
+    "dp/__init__.py": "",
+    "dp/dist.py": '''
+        import os
+
+        import torch
+        import torch.distributed as dist
+
+
+        def on_rank0(x):
+            return x + 1
+
+
+        def on_every_rank(x):
+            return x * 2
+
+
+        def worker(rank, world):
+            dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" +
+                                    os.environ["DP_PORT"], rank=rank, world_size=world)
+            t = torch.tensor([float(on_every_rank(rank))])
+            dist.all_reduce(t)
+            dist.destroy_process_group()
+    ''',
+    "dp/in_mp_spawn.py": '''
+        def only_in_mp_spawn(x):
+            return x - 3
+    ''',
+    "scripts/train.py": '''
+        import torch
+        import torch.distributed as dist
+
+        from dp.dist import on_every_rank, on_rank0
+
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        t = torch.tensor([float(on_every_rank(rank))])
+        dist.all_reduce(t)
+        if rank == 0:
+            assert on_rank0(t.item()) == 3.0
+        dist.destroy_process_group()
+    ''',
+    "tests/test_torch_children.py": '''
+        import os
+        import socket
+        import subprocess
+        import sys
+
+        import torch.multiprocessing as mp
+
+
+        def free_port():
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                return str(s.getsockname()[1])
+
+
+        def _ranked(rank, world):
+            from dp.dist import worker
+            from dp.in_mp_spawn import only_in_mp_spawn
+            only_in_mp_spawn(rank)
+            worker(rank, world)
+
+
+        def test_mp_spawn():
+            os.environ["DP_PORT"] = free_port()
+            mp.spawn(_ranked, args=(2,), nprocs=2, join=True)
+
+
+        def test_torchrun():
+            subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                            "--master_port", free_port(), "scripts/train.py"],
+                           check=True, capture_output=True,
+                           env={**os.environ, "PYTHONPATH": os.getcwd()})
+    ''',
+}
+
+
+@pytest.mark.slow
+def test_mp_spawn_and_torchrun_record_for_their_tests_with_their_ranks(project):
+    project.write(DIST)
+    project.commit()
+    project.record()
+    tests = "tests/test_torch_children.py::"
+    project.edit("dp/in_mp_spawn.py", "return x - 3", "return x - 4")
+    assert project.selected() == {tests + "test_mp_spawn"}
+    project.git("checkout", "dp/in_mp_spawn.py")
+    project.edit("dp/dist.py", "return x + 1", "return x + 2")  # only torchrun's rank 0
+    assert project.selected() == {tests + "test_torchrun"}
+    project.git("checkout", "dp/dist.py")
+    project.edit("scripts/train.py", "rank = dist.get_rank()", "rank = int(dist.get_rank())")
+    assert project.selected() == {tests + "test_torchrun"}
+    project.git("checkout", "scripts/train.py")
+    for test in ("test_mp_spawn", "test_torchrun"):
+        explained = project.fastci("explain", tests + test).stdout
+        assert "process groups: gloo:2" in explained, explained
+
+
+
+def _selection(tests, changes, tree=None):
+    from fastci.runner.analysis.environment import current  # noqa: PLC0415
+    from fastci.runner.analysis.inventory import ImportGraph  # noqa: PLC0415
+    from fastci.runner.evidence import Snapshot  # noqa: PLC0415
+    from fastci.runner.selection.rules import SelectionInput, select  # noqa: PLC0415
+
+    env = current()
+    tree = tree or {"m.py": "1", "tests/t.py": "2", "assets/vocab.txt": "3", "README.md": "4"}
+    snap = Snapshot(commit="base", environment=env, tree=tree,
+                    tests={t.test_id: t for t in tests})
+    head = {**tree, **{c.path: "changed" for c in changes.files}}
+    return select(SelectionInput(head="head", head_tree=head, environment=env, snapshot=snap,
+                                 changes=changes, head_inventories={},
+                                 import_graph=ImportGraph({}), static_tests=[],
+                                 head_kernels={}))
+
+
+def test_a_changed_block_that_ran_in_a_child_is_never_offered_for_pruning():
+    """Pruning replays the module calls captured in the test's own process; the same change
+    may have behaved otherwise in a child, whose calls nobody captured."""
+    from fastci.runner.analysis.changes import ChangeSet, FileChange  # noqa: PLC0415
+    from fastci.runner.evidence import TestRecord  # noqa: PLC0415
+
+    here = TestRecord("tests/t.py::test_here", "passed", 1.0, blocks={"m.py": ("f",)},
+                      file_events=True)
+    there = TestRecord("tests/t.py::test_there", "passed", 1.0, blocks={"m.py": ("f",)},
+                       child_blocks={"m.py": ("f",)}, file_events=True)
+    sel = _selection([here, there], ChangeSet(files=(FileChange("m.py", "modified"),),
+                                              blocks={("m.py", "f"): "modified"}))
+    assert sel.decision(here.test_id).prunable == (("m.py", "f"),)
+    assert sel.decision(there.test_id).selected and sel.decision(there.test_id).prunable == ()
+
+
+def test_without_kernel_file_events_a_changed_data_file_selects_the_test_unless_ignored():
+    from fastci.runner.analysis.changes import ChangeSet, FileChange  # noqa: PLC0415
+    from fastci.runner.evidence import TestRecord  # noqa: PLC0415
+
+    watched = TestRecord("tests/t.py::test_watched", "passed", 1.0, blocks={"m.py": ("f",)},
+                         file_events=True)
+    unwatched = TestRecord("tests/t.py::test_unwatched", "passed", 1.0,
+                           blocks={"m.py": ("f",)})
+    data = _selection([watched, unwatched],
+                      ChangeSet(files=(FileChange("assets/vocab.txt", "modified"),)))
+    assert [d.test_id for d in data.selected] == [unwatched.test_id]
+    assert "without the kernel's file events" in data.decision(unwatched.test_id).reasons[0]
+    docs = _selection([watched, unwatched],
+                      ChangeSet(files=(FileChange("README.md", "modified"),)))
+    assert list(docs.selected) == []
+
+
+def test_the_environment_digest_covers_what_decides_the_ranks():
+    from dataclasses import replace  # noqa: PLC0415
+
+    from fastci.runner.analysis.environment import Environment  # noqa: PLC0415
+
+    cpu = Environment(python="3.11.7", torch="2.5", triton=None, cuda=None, gpu=None,
+                      platform="Linux-x86_64")
+    # Evidence recorded before GPU counts were known keeps the digest it was stored under.
+    before = {k: v for k, v in cpu.__dict__.items() if k not in ("lock_hash", "gpus", "nccl")}
+    assert cpu.digest == hashlib.sha256(json.dumps(before, sort_keys=True).encode()
+                                        ).hexdigest()[:16]
+    eight = replace(cpu, gpu="NVIDIA H200", gpus=8, nccl="2.21.5")
+    assert len({eight.digest, replace(eight, gpus=4).digest,
+                replace(eight, nccl="2.26.2").digest, cpu.digest}) == 4
+
