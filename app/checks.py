@@ -11,6 +11,8 @@ from jinja2 import Environment, PackageLoader
 
 from fastci.runner.selection.report import Selection, TestResult
 
+from . import markdown
+from .events import RERUN_FAILED, RUN_ALL
 from .github import CheckRunOutput
 
 SELECTION, REGRESSIONS, BACKGROUND = "FastCI selection", "FastCI regressions", \
@@ -32,9 +34,16 @@ def _seconds(s: float) -> str:
 
 
 _env.globals["seconds"] = _seconds
+_env.filters["cell"] = markdown.cell
+_env.filters["code"] = markdown.code
+REQUESTED = {RUN_ALL: "every test runs, as requested (Run all, or `/fastci run all`)",
+             RERUN_FAILED: "the tests that failed last run again, as requested (Re-run failed)"}
 
 
-def selection_output(selection: Selection, change_annotations: list[dict]) -> CheckRunOutput:
+def selection_output(selection: Selection, change_annotations: list[dict],
+                     mode: str = "select") -> CheckRunOutput:
+    """``mode``: the run's (events.RUN_ALL and RERUN_FAILED run other tests than selected, and
+    the title says what runs, not what the selection would have saved)."""
     s = selection.summary()
     share = s["expected_seconds_saved"] / s["expected_seconds_total"] \
         if s["expected_seconds_total"] else 0.0
@@ -44,8 +53,13 @@ def selection_output(selection: Selection, change_annotations: list[dict]) -> Ch
              + f" ({percent} of test time saved)")
     if selection.select_all_reason:
         title = f"all {s['total']} tests selected"
+    if mode == RUN_ALL:
+        title = f"all {s['total']} tests run on request (the selection: {s['selected']})"
+    elif mode == RERUN_FAILED:
+        title = "failed tests re-run on request"
     summary = _env.get_template("selection.md.j2").render(
-        selection=selection, s=s, percent=percent, changed_files=list(selection.changed_files))
+        selection=selection, s=s, percent=percent, changed_files=list(selection.changed_files),
+        requested=REQUESTED.get(mode))
     chosen = selection.selected
     text = _env.get_template("selection-list.md.j2").render(
         selected=chosen[:LIST_LIMIT], more=max(0, len(chosen) - LIST_LIMIT),

@@ -9,11 +9,11 @@ with a reaction and answered with a comment; an unknown one gets the help text.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from github import GithubException
 
-from . import github
+from . import github, markdown
 from .events import EDITED, RUN_ALL, Work, command_line
 
 WRITE = ("admin", "maintain", "write")
@@ -143,12 +143,25 @@ def explain(ctx, work: Work, pr, test_id: str) -> str:
                         settings=_base_settings(mirror, pr.base.sha))
         # No pruning: it would replay the change's code next to the App's key.
         planned = engine.plan(base=pr.base.sha, head=WORKTREE, prune=False)
-    selection = planned.selection
+    selection = replace(planned.selection, head=pr.head.sha)  # planned on its worktree
     ids = [d.test_id for d in selection.decisions]
     match = test_id if test_id in ids else next(
         (i for i in ids if i.startswith(test_id)), None)
     if match is None:
-        return f"no test `{test_id}` is known at `{pr.head.sha[:12]}`."
+        return f"no test {markdown.code(test_id)} is known at `{pr.head.sha[:12]}`."
     evidence = planned.snapshot.tests.get(match) if planned.snapshot else None
     kept = planned.pruning.kept.get(match) if planned.pruning else None
-    return "```\n" + render(selection, match, evidence, not_pruned=kept)[:60000] + "\n```"
+    return explain_reply(render(selection, match, evidence, not_pruned=kept), match,
+                         pr.head.sha)
+
+
+EXPLAIN_LIMIT = 60000  # characters of explanation; GitHub takes comments of up to 65,536
+
+
+def explain_reply(text: str, test_id: str, head: str) -> str:
+    """A sentence, then the explanation in a code block that opens at the start of a line
+    (after the reply's @mention it would not render)."""
+    if len(text) > EXPLAIN_LIMIT:
+        text = text[:EXPLAIN_LIMIT] + "\n… (truncated)"
+    return (f"how FastCI decides on {markdown.code(test_id)} at `{head[:12]}`:\n\n"
+            + markdown.code_block(text))

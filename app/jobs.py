@@ -142,7 +142,8 @@ def run_pull_request(ctx: Context, work: Work, delivery: str = "") -> dict:
             chosen = [*selection.selected, *sorted(
                 (d for d in selection.decisions if not d.selected), key=lambda d: -d.risk)]
         runs.update(selection_run, conclusion="success",
-                    output=checks.selection_output(selection, _change_notes(planned)))
+                    output=checks.selection_output(selection, _change_notes(planned),
+                                                    mode=work.mode))
         unwatch(ctx, selection_run)
         blocking = [d for d in chosen if settings.is_blocking(d.dimension) or d.new]
         background = [d for d in chosen if d not in blocking]

@@ -105,6 +105,13 @@ def test_explain_answers_with_the_selection(world):
     answer = replies(fake)[-1]
     assert "tests/test_norms.py::test_rms: skipped" in answer
     assert "nothing it executed or read changed" in answer
+    # On GitHub: a code block (its fence at a line start, after the @mention) that names the
+    # pull request's head commit, not the worktree it was planned on.
+    from markdown_it import MarkdownIt
+
+    [block] = [t for t in MarkdownIt("commonmark").parse(answer) if t.type == "fence"]
+    assert "tests/test_norms.py::test_rms: skipped" in block.content
+    assert f"head {head[:12]}" in block.content and "WORKTREE" not in answer
     work, _ = command(fake, "/fastci explain tests/nope.py::test_x", "writer")
     jobs.handle(work.to_json(), "e2")
     assert "no test `tests/nope.py::test_x`" in replies(fake)[-1]
