@@ -65,8 +65,9 @@ class Project:
                ) -> subprocess.CompletedProcess:
         full_env = {**os.environ, **(env or {})}
         full_env.pop("FASTCI_STORE", None)
+        # A hang fails this test, never the whole run.
         proc = subprocess.run([sys.executable, "-m", "fastci", *args], cwd=self.root,
-                              text=True, capture_output=True, env=full_env)
+                              text=True, capture_output=True, env=full_env, timeout=900)
         if check and proc.returncode != 0:
             raise AssertionError(f"fastci {' '.join(args)} exited {proc.returncode}\n"
                                  f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")

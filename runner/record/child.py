@@ -235,10 +235,11 @@ def _install_sigterm() -> None:
 
 
 def _on_sigterm(signum, frame) -> None:  # noqa: ARG001
+    """Write the evidence (once), then end as SIGTERM would have: a handler that returned
+    instead left a pool worker waiting on its queue's lock forever."""
     state = _state
-    if state is not None and state.pid == os.getpid() and state.saved:
-        return  # the process is already ending, its evidence written or being written
-    finish("sigterm")
+    if not (state is not None and state.pid == os.getpid() and state.saved):
+        finish("sigterm")
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
 

@@ -345,12 +345,13 @@ _sites: dict = {}  # (id of code, instruction offset) -> _TOOL | _SOURCE | _OTHE
 _site_codes: list = []
 _TOOL, _SOURCE, _OTHER = 0, 1, 2
 # Callers that look at modules to import them, report on them or find their source (the
-# Triton JIT reads a kernel's source through inspect), or to find a class by its name while
-# pickling (torch.save of a captured module call), not to read their values; and FastCI's
-# own recording code.
+# Triton JIT reads a kernel's source through inspect), or to find a class or function by its
+# name while pickling (torch.save of a captured call; multiprocessing sending a function to
+# a child, whose own evidence or its fallback covers what it runs), not to read their
+# values; and FastCI's own recording code.
 _TOOLING = ("<frozen importlib", "/importlib/", "/_pytest/", "/pluggy/", "/coverage/",
             "/inspect.py", "/linecache.py", "/traceback.py", "/pickle.py", "/copyreg.py",
-            "/torch/serialization.py",
+            "/torch/serialization.py", "/multiprocessing/reduction.py",
             os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
 
 

@@ -172,7 +172,8 @@ def evidence() -> dict[str, TestRecord]:
         TestRecord("tests/sub/test_deep.py::test_deep", "passed", 0.1,
                    {"tests/sub/test_deep.py": ("test_deep",), "calc/norms.py": ("l1",)}),
     ]
-    return {r.test_id: r for r in records}
+    # Recorded on Linux with the kernel's file events on: every reader's opens were seen.
+    return {r.test_id: replace(r, file_events=True) for r in records}
 
 
 ALL = set(evidence())
@@ -384,8 +385,22 @@ def test_a_test_that_spawns_python_children_is_selected_on_any_code_change():
     selection = select_after(edit(OLD, "calc/model.py", "[1, 2, 3]", "[1, 2, 4]"), tests)
     assert rid in selected(selection)
     assert reasons(selection, rid) == (
-        "it starts child processes FastCI does not trace (python -m torch.distributed.run), "
-        "and code or data changed",)
+        "it starts child processes whose evidence FastCI could not merge (python -m "
+        "torch.distributed.run), and code or data changed",)
+
+
+def test_evidence_without_kernel_file_events_is_selected_by_any_changed_data_file():
+    # Without the kernel's file events (no inotify, or events lost), a native reader or a
+    # child may have read a file unseen: a changed non-Python file selects the test, unless
+    # the settings' ignore globs (documentation by default) match it.
+    tests = evidence()
+    rid = "tests/test_norms.py::test_l1"
+    tests[rid] = replace(tests[rid], file_events=False)
+    selection = select_after({**OLD, "configs/other.cfg": "width = 3\n"}, tests)
+    assert selected(selection) == {rid}
+    assert reasons(selection, rid)[0].startswith(
+        "its file evidence was recorded without the kernel's file events")
+    assert selected(select_after({**OLD, "docs/guide.md": "# guide\n"}, tests)) == set()
 
 
 # -- module-level values: constants, class attributes, dataclass defaults -------------------
