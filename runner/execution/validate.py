@@ -12,6 +12,7 @@ stored.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping
@@ -31,7 +32,10 @@ MAX_ITEMS = 100_000  # paths, lines per path, files, markers... per test
 MAX_LINE = 10_000_000
 DIMENSION = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
 SHA = re.compile(r"[0-9a-f]{40}\Z")
-ENV_FIELDS = ("python", "torch", "triton", "cuda", "gpu", "platform", "lock_hash")
+ENV_FIELDS = tuple(f.name for f in dataclasses.fields(Environment))
+ENV_REQUIRED = {f.name for f in dataclasses.fields(Environment)
+                if f.default is dataclasses.MISSING}
+ENV_NUMBERS = {"gpus"}  # counts; every other field is text or absent
 
 
 class InvalidResult(FastCIError):
@@ -106,10 +110,8 @@ def recording(data, *, head_tree: Mapping[str, str], inventories: Mapping,
     env = _dict(data.get("environment"), "environment", 16)
     if set(env) - set(ENV_FIELDS):
         _fail("the environment has unknown fields")
-    fields: dict[str, Any] = {k: (None if env.get(k) is None
-                                  else _text(env.get(k), f"environment.{k}", 200))
-                              for k in ENV_FIELDS if k in env or k != "lock_hash"}
-    environment = Environment(**fields)
+    environment = Environment(**{k: _env_value(k, env.get(k)) for k in ENV_FIELDS
+                                 if k in env or k in ENV_REQUIRED})
     import_time: dict[str, dict[str, list[str]]] = {}
     for path, qualnames in _dict(data.get("import_time", {}), "import_time").items():
         fb = inventories.get(path) if path in head_tree else None
@@ -223,3 +225,14 @@ def shard(result, *, head_tree: Mapping[str, str], inventories: Mapping, planned
               for t, f in _dict(result.get("flaky_failures", {}), "flaky failures").items()
               if t in flaky and isinstance(f, dict)}
     return rec, failures, collected, flaky, firsts
+
+
+def _env_value(name: str, value: Any) -> Any:
+    """One field of the recorded environment: a short text, or a count for `gpus`."""
+    if value is None:
+        return None
+    if name in ENV_NUMBERS:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 16:
+            _fail(f"environment.{name} is not a count")
+        return value
+    return _text(value, f"environment.{name}", 200)

@@ -67,8 +67,11 @@ def proc_scan():
     return hits or None
 
 
+# FASTCI_CHILD_* are the recorder's own hand-over to the test's children (a folder and a
+# tag, set inside this process): no credential, and nothing from the trusted side.
 grab("my environment", lambda: {{k: v for k, v in os.environ.items()
-                                 if "FASTCI" in k or "REDIS" in k or "KEY" in k}} or None)
+                                 if ("FASTCI" in k or "REDIS" in k or "KEY" in k)
+                                 and not k.startswith("FASTCI_CHILD_")}} or None)
 grab("parent environ", lambda: open(f"/proc/{{os.getppid()}}/environ", "rb").read() or None)
 grab("any process", proc_scan)
 for name in ("key", "mirror_config", "store"):
