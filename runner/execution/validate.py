@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from typing import Any
 
 from fastci.runner.analysis.environment import Environment
@@ -236,3 +236,76 @@ def _env_value(name: str, value: Any) -> Any:
             _fail(f"environment.{name} is not a count")
         return value
     return _text(value, f"environment.{name}", 200)
+
+
+MAX_FINGERPRINTS = 10_000  # per replayed call
+MAX_FIELDS = 64  # per fingerprint (hash, dtype, shape, summaries...)
+
+
+def replay_output(raw, *, captures: set[str], overrides: set[str], tree: Container[str]
+                  ) -> dict:
+    """A runner's output of one replay process: results only for the captures it was sent,
+    override answers only for the classes it was asked about, line numbers only of files in
+    the tree it replayed, fingerprints as bounded JSON data (they are only compared)."""
+    raw = _dict(raw, "a replay's output", 8)
+    results = {}
+    for digest, result in _dict(raw.get("captures", {}), "replayed captures").items():
+        if digest not in captures:
+            _fail(f"a result for {str(digest)[:80]!r}, which was not sent")
+        results[digest] = _replay_result(result, tree)
+    answers = {}
+    for key, found in _dict(raw.get("overrides", {}), "override answers").items():
+        if key not in overrides:
+            _fail(f"an answer for {str(key)[:120]!r}, which was not asked")
+        found = _dict(found, "an override answer", 4)
+        error = found.get("error")
+        answers[key] = {
+            "overriding": [_text(n, "a method name", 200)
+                           for n in _list(found.get("overriding", []), "overriding")],
+            "error": None if error is None else _text(error, "an override error")}
+    return {"captures": results, "overrides": answers}
+
+
+def _replay_result(raw, tree: Container[str]) -> dict:
+    raw = _dict(raw, "a replay result", 16)
+    if raw.get("error") is not None:
+        return {"error": _text(raw["error"], "a replay error"), "fingerprints": {}}
+    prints = {}
+    for path, leaf in _dict(raw.get("fingerprints", {}), "fingerprints",
+                            MAX_FINGERPRINTS).items():
+        prints[_text(path, "a fingerprint path", MAX_ID)] = _json_leaf(leaf)
+    out: dict = {"fingerprints": prints, "error": None,
+                 "seconds": _number(raw.get("seconds", 0.0), "replay seconds"),
+                 "load_seconds": _number(raw.get("load_seconds", 0.0), "load seconds")}
+    if "close" in raw:
+        out["close"] = {_text(k, "a compared tensor", MAX_ID): _text(v, "a comparison", 500)
+                        for k, v in _dict(raw["close"], "comparisons").items()}
+    if "lines" in raw:
+        lines = {}
+        for path, numbers in _dict(raw["lines"], "replayed lines").items():
+            if _relative(path, "a replayed path") not in tree:
+                _fail(f"replayed path {path[:200]!r} is not in the replayed tree")
+            numbers = _list(numbers, f"replayed lines of {path[:100]}")
+            if not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < MAX_LINE
+                       for n in numbers):
+                _fail(f"replayed lines of {path[:100]!r} are not line numbers")
+            lines[path] = sorted(set(numbers) - {0})  # 0: coverage's entry to an empty module
+        out["lines"] = lines
+    return out
+
+
+def _json_leaf(value) -> dict:
+    """One fingerprint: a flat mapping of short texts, numbers, nulls and lists of numbers."""
+    value = _dict(value, "a fingerprint", MAX_FIELDS)
+    for key, item in value.items():
+        _text(key, "a fingerprint field", 100)
+        if isinstance(item, str):
+            _text(item, "a fingerprint value", 500)
+        elif isinstance(item, list):
+            if len(item) > 64 or not all(isinstance(n, (int, float)) and
+                                         not isinstance(n, bool) for n in item):
+                _fail("a fingerprint list is not a short list of numbers")
+        elif item is not None and (isinstance(item, bool) or
+                                   not isinstance(item, (int, float))):
+            _fail("a fingerprint value is not a text, a number or null")
+    return value

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -27,15 +25,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
-from fastci.runner.execution.shard import scrubbed_environment
 from fastci.runner.git import WORKTREE, Repo
+from fastci.runner.prune.replayers import LocalReplayer, Replayer, ReplayItem
 from fastci.runner.selection.report import Selection
 
 if TYPE_CHECKING:
     from fastci.runner.store import EvidenceStore
 
-MAX_MATERIALIZE = 256 * 2**20  # bytes of an old tree written out for its replay
-REPLAY_TIMEOUT = 600
+MAX_MATERIALIZE = 256 * 2**20  # bytes of a tree written out for its replay
 
 
 @dataclass(frozen=True)
@@ -131,7 +128,10 @@ def _span(lines: set[int]) -> str:
 
 
 def prune(repo: Repo, store: EvidenceStore, selection: Selection, snapshot, head: str,
-          head_tree, old_inventories, mode: str = "exact", progress=None) -> PruneOutcome:
+          head_tree, old_inventories, mode: str = "exact", progress=None,
+          replayer: Replayer | None = None) -> PruneOutcome:
+    """Prune what replays prove equivalent. `replayer`: where the replays run (by default
+    child processes here; the App's runs them on a runner, in its sandbox)."""
     started = time.perf_counter()
     progress = progress or (lambda _message: None)
     found, kept = candidates(selection, snapshot, old_inventories)
@@ -143,7 +143,8 @@ def prune(repo: Repo, store: EvidenceStore, selection: Selection, snapshot, head
              f"{len(found)} candidate tests")
     tolerance = mode == "tolerance"
     with tempfile.TemporaryDirectory(prefix="fastci-replay-") as tmp:
-        replays = _Replays(repo, store, snapshot, head, head_tree, Path(tmp), mode)
+        replays = _Replays(repo, store, snapshot, head, head_tree, Path(tmp), mode,
+                           replayer or LocalReplayer())
         envs = {d: dict(cand.env.get(d, {})) for cand in found for d in cand.captures}
         replays.run(digests, classes, sorted({p for c in _all_captures(snapshot, found)
                                               for p in c}), envs)
@@ -174,8 +175,8 @@ class _Replays:
     (capture, tree, mode): a capture replayed once under some code is never replayed again."""
 
     def __init__(self, repo, store: EvidenceStore, snapshot, head, head_tree, tmp: Path,
-                 mode: str) -> None:
-        self.repo, self.store, self.snapshot = repo, store, snapshot
+                 mode: str, replayer: Replayer) -> None:
+        self.repo, self.store, self.snapshot, self.replayer = repo, store, snapshot, replayer
         self.head, self.head_tree, self.tmp, self.mode = head, head_tree, tmp, mode
         self.old: dict[str, dict] = {}
         self.new: dict[str, dict] = {}
@@ -222,21 +223,22 @@ class _Replays:
         old_root = self._root(self.snapshot.tree, "old", todo_old, self.old) \
             if todo_old else None
         new_root = self._root(self.head_tree, "new", todo_new, self.new,
-                              worktree=self.head == WORKTREE) if (todo_new or classes) else None
-        jobs = []
+                              worktree=self.head == WORKTREE and self.replayer.in_place) \
+            if (todo_new or classes) else None
+        common = {"sys_path": sys_path, "env": env}
+        first, second = [], []
         if old_root:
-            jobs.append(("old", _start(self.tmp, f"old-{tag}", old_root, todo_old, sys_path,
-                                       trace=True, save=tensors if tolerance else None,
-                                       env=env)))
-        if new_root and not tolerance:
-            jobs.append(("new", _start(self.tmp, f"new-{tag}", new_root, todo_new, sys_path,
-                                       trace=True, overrides=classes, env=env)))
-        for name, job in jobs:
-            self._collect(name, _finish(job))
-        if new_root and tolerance:  # after the old replay: it compares against its tensors
-            self._collect("new", _finish(_start(self.tmp, f"new-{tag}", new_root, todo_new,
-                                                sys_path, trace=True, compare=tensors,
-                                                overrides=classes, env=env)))
+            first.append(ReplayItem(f"old-{tag}", Path(old_root), todo_old,
+                                    save=tensors if tolerance else None, **common))
+        if new_root:
+            new = ReplayItem(f"new-{tag}", Path(new_root), todo_new, overrides=classes,
+                             compare=tensors if tolerance else None, **common)
+            # a tolerance replay compares against the tensors the old one saved: after it
+            (second if tolerance else first).append(new)
+        outputs = self.replayer.run(self.tmp, [s for s in (first, second) if s])
+        for item in first + second:
+            self._collect(item.name.split("-")[0], outputs.get(item.name) or item.failed(
+                "the replay returned nothing"))
         if not tolerance:
             self.store.save_replay_results(
                 {f"{d}:{old_key}:{self.mode}": r for d, r in self.old.items()
@@ -398,7 +400,7 @@ def _materialize(repo: Repo, tree: Mapping[str, str], dest: Path) -> str:
     py_lacking = [p for p in lacking if p.endswith(".py")]
     if py_lacking:
         raise _CannotReplay(f"git does not have the recorded contents of {py_lacking[0]} "
-                            "(evidence recorded on uncommitted changes)")
+                            "(a tree with uncommitted changes)")
     if sum(len(contents[b]) for b in set(tree.values()) if b in contents) > MAX_MATERIALIZE:
         raise _CannotReplay("the evidence's tree is too large to write out for a replay")
     for path, blob in tree.items():
@@ -408,40 +410,3 @@ def _materialize(repo: Repo, tree: Mapping[str, str], dest: Path) -> str:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(contents[blob])
     return str(dest)
-
-
-def _start(tmp: Path, name: str, root: str, captures: dict, sys_path: list[str], *,
-           trace: bool = False, save: Path | None = None, compare: Path | None = None,
-           overrides=(), env: dict | None = None):
-    out = tmp / f"{name}.json"
-    request = {"root": root, "captures": {d: str(p) for d, p in captures.items()},
-               "overrides": [list(c) for c in overrides],
-               "sys_path": sys_path, "trace": trace, "out": str(out),
-               "save_tensors": str(save) if save else None,
-               "compare_to": str(compare) if compare else None}
-    request_file = tmp / f"{name}-request.json"
-    request_file.write_text(json.dumps(request))
-    # The replay runs the change's code: it gets no credentials (as test processes get none).
-    env = {**{k: v for k, v in scrubbed_environment().items() if not k.startswith("COV_CORE")},
-           **(env or {}), "PYTHONDONTWRITEBYTECODE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "fastci.runner.prune.replay", str(request_file)],
-                            cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    return proc, out, captures
-
-
-def _finish(job) -> dict:
-    proc, out, captures = job
-    try:
-        output, _ = proc.communicate(timeout=REPLAY_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        return {"captures": {d: {"error": f"the replay took over {REPLAY_TIMEOUT} s"}
-                             for d in captures}}
-    if proc.returncode != 0 or not out.exists():
-        tail = output.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-        return {"captures": {d: {"error": f"the replay process exited with "
-                                          f"{proc.returncode}: {tail[0]}"} for d in captures}}
-    return json.loads(out.read_text())
-
-

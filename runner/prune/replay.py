@@ -39,7 +39,7 @@ class ReplayResult(TypedDict, total=False):
 
 
 def main(argv: list[str]) -> int:
-    request = json.loads(open(argv[0]).read())
+    request = _resolved(json.loads(open(argv[0]).read()), os.path.dirname(os.path.abspath(argv[0])))
     root = os.path.realpath(request["root"])
     for rel in reversed(["."] + [p for p in request.get("sys_path", []) if p != "."]):
         sys.path.insert(0, os.path.normpath(os.path.join(root, rel)))
@@ -77,6 +77,18 @@ def main(argv: list[str]) -> int:
     with open(request["out"], "w") as f:
         json.dump({"captures": results, "overrides": overrides}, f)
     return 0
+
+
+def _resolved(request: dict, base: str) -> dict:
+    """Paths in a request are relative to the request file's folder (a replay pack unpacked
+    on a runner) unless absolute (the local CLI's temporary folder)."""
+    def at(path):
+        return path if path is None else os.path.join(base, path)
+
+    return {**request, "root": at(request["root"]), "out": at(request["out"]),
+            "captures": {d: at(p) for d, p in request["captures"].items()},
+            "save_tensors": at(request.get("save_tensors")),
+            "compare_to": at(request.get("compare_to"))}
 
 
 def inherited(path: str, qualname: str, names: list[str]) -> dict:

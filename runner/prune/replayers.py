@@ -1,0 +1,198 @@
+"""Where replays run: in local child processes, or on a runner, in its sandbox.
+
+Pruning (`decide.py`) writes out the trees and the captures it needs into a scratch folder
+and asks a `Replayer` to run a list of steps there. A step is a list of `ReplayItem`s that may
+run side by side; steps run in order (a tolerance replay compares against the tensors the
+step before it saved). Each item ends as the JSON `replay.py` writes:
+{"captures": {digest: result}, "overrides": {...}}; an item that could not run ends as a
+result per capture with an `error`, which keeps its tests selected.
+
+`LocalReplayer` is the CLI's: the developer's own tree, replayed in child processes with no
+credentials in their environment. The App replays nothing itself (its worker holds the App's
+key and the change's code must not run beside it): it packs the scratch folder with
+`pack` and hands it to a runner job (`fastci.runner.execution.replays.run_replays`), which
+runs the same items as the sandbox user; the selection side validates what comes back
+(`fastci.runner.execution.validate.replay_outputs`) before it compares any fingerprint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from fastci.runner.execution.shard import scrubbed_environment
+
+REPLAY_TIMEOUT = 600
+MAX_OUTPUT_BYTES = 64 * 2**20
+
+
+@dataclass(frozen=True)
+class ReplayItem:
+    """One replay process: the tree `root`, the captures to replay there, and what to do."""
+
+    name: str
+    root: Path
+    captures: dict[str, Path]
+    sys_path: list[str] = field(default_factory=list)
+    trace: bool = True
+    overrides: list = field(default_factory=list)  # [path, qualname, names] to check
+    env: dict[str, str] = field(default_factory=dict)
+    save: Path | None = None  # keep tensors here (tolerance)
+    compare: Path | None = None  # compare against the tensors kept here
+
+    def request(self, out: Path, base: Path | None = None) -> dict:
+        """The JSON `replay.py` reads (writing its results to `out`); with `base`, every
+        path relative to it."""
+        def at(path: Path | None) -> str | None:
+            if path is None:
+                return None
+            return str(path if base is None else path.relative_to(base))
+
+        return {"root": at(self.root), "captures": {d: at(p) for d, p in self.captures.items()},
+                "overrides": [list(c) for c in self.overrides], "sys_path": self.sys_path,
+                "trace": self.trace, "env": self.env, "out": at(out),
+                "save_tensors": at(self.save), "compare_to": at(self.compare)}
+
+    def failed(self, why: str) -> dict:
+        return {"captures": {d: {"error": why} for d in self.captures}}
+
+
+Steps = list[list[ReplayItem]]
+
+
+class Replayer(Protocol):
+    in_place: bool
+    """May a replay run the working tree where it is (else every tree is written out)?"""
+
+    def run(self, scratch: Path, steps: Steps) -> dict[str, dict]:
+        """Run the steps in order; item name -> its output (never raises for an item)."""
+        ...
+
+
+class LocalReplayer:
+    """Replays in child processes of this one: the developer's machine, their own tree."""
+
+    in_place = True
+
+    def run(self, scratch: Path, steps: Steps) -> dict[str, dict]:
+        outputs: dict[str, dict] = {}
+        for step in steps:
+            started = [(item, _start(scratch, item)) for item in step]
+            for item, job in started:
+                outputs[item.name] = _finish(item, *job)
+        return outputs
+
+
+def _start(scratch: Path, item: ReplayItem) -> tuple[subprocess.Popen, Path]:
+    out = scratch / f"{item.name}.json"
+    request = item.request(out)
+    request_file = scratch / f"{item.name}-request.json"
+    request_file.write_text(json.dumps(request))
+    # The replay runs the change's code: it gets no credentials (as test processes get none).
+    env = {**{k: v for k, v in scrubbed_environment().items() if not k.startswith("COV_CORE")},
+           **item.env, "PYTHONDONTWRITEBYTECODE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "fastci.runner.prune.replay",
+                             str(request_file)], cwd=item.root, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return proc, out
+
+
+def _finish(item: ReplayItem, proc: subprocess.Popen, out: Path) -> dict:
+    try:
+        output, _ = proc.communicate(timeout=REPLAY_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return item.failed(f"the replay took over {REPLAY_TIMEOUT} s")
+    return read_output(item, proc.returncode, output.decode(errors="replace"), out)
+
+
+def read_output(item: ReplayItem, returncode: int, output: str, out: Path) -> dict:
+    """What a finished replay process wrote, or a per-capture error saying why nothing. The
+    replayed code could have left a link in its place (and be running still): the file is
+    opened without following one, and its size read from what was opened."""
+    if returncode != 0:
+        tail = output.strip().splitlines()[-1:] or ["no output"]
+        return item.failed(f"the replay process exited with {returncode}: {tail[0][:300]}")
+    try:
+        fd = os.open(out, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        return item.failed(f"the replay wrote no results ({exc.strerror})")
+    with os.fdopen(fd, "rb") as f:
+        found = os.fstat(f.fileno())
+        if not stat.S_ISREG(found.st_mode):
+            return item.failed("the replay's results are not a plain file; not read")
+        if found.st_size > MAX_OUTPUT_BYTES:
+            return item.failed(f"the replay wrote over {MAX_OUTPUT_BYTES} bytes")
+        data = f.read(MAX_OUTPUT_BYTES + 1)
+    try:
+        loaded = json.loads(data)
+    except ValueError as exc:
+        return item.failed(f"the replay's output cannot be read: {exc}"[:300])
+    return loaded if isinstance(loaded, dict) else item.failed("the replay's output is not "
+                                                               "a mapping")
+
+
+# -- replay packs: the scratch folder as one file, for a runner ---------------------------
+def pack(scratch: Path, steps: Steps, dest: Path) -> list[list[dict]]:
+    """Write the trees and captures the steps need into a tar.gz at `dest`; return the
+    steps as JSON with every path relative to the pack (what a runner job gets)."""
+    roots = sorted({item.root for step in steps for item in step})
+    captures = sorted({p for step in steps for item in step for p in item.captures.values()})
+    for path in [*roots, *captures]:
+        if not path.is_relative_to(scratch):
+            raise ValueError(f"{path} is outside the replay's scratch folder")
+    with tarfile.open(dest, "w:gz") as tar:
+        for path in [*roots, *captures]:
+            tar.add(path, arcname=str(path.relative_to(scratch)), filter=_plain)
+    return [[{"name": item.name, **item.request(scratch / f"{item.name}.json", scratch)}
+             for item in step] for step in steps]
+
+
+def _plain(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    """Regular files and folders only, owned by nobody in particular."""
+    if not (info.isfile() or info.isdir()):
+        return None
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.mode = 0o755 if info.isdir() else 0o644
+    return info
+
+
+def items_from(steps: list[list[dict]], base: Path) -> Steps:
+    """The steps a runner job received, with their paths under `base` (the unpacked pack).
+    Paths must stay inside it: a step is data, and nothing in it may point elsewhere."""
+    def at(rel) -> Path:
+        if not isinstance(rel, str) or rel.startswith("/") or ".." in rel.split("/") or \
+                "\0" in rel:
+            raise ValueError(f"not a path inside the pack: {str(rel)[:100]!r}")
+        return base / rel
+
+    out: Steps = []
+    for step in steps:
+        items = []
+        for raw in step:
+            name = str(raw["name"])
+            if not name.replace("-", "").replace("_", "").isalnum() or len(name) > 64:
+                raise ValueError(f"not a replay name: {name[:64]!r}")
+            items.append(ReplayItem(
+                name=name, root=at(raw["root"]),
+                captures={str(d): at(p) for d, p in dict(raw["captures"]).items()},
+                sys_path=[str(p) for p in raw.get("sys_path", [])],
+                trace=bool(raw.get("trace")), overrides=list(raw.get("overrides", [])),
+                env={str(k): str(v) for k, v in dict(raw.get("env", {})).items()},
+                save=at(raw["save_tensors"]) if raw.get("save_tensors") else None,
+                compare=at(raw["compare_to"]) if raw.get("compare_to") else None))
+        out.append(items)
+    return out
+
+
+__all__ = ["LocalReplayer", "ReplayItem", "Replayer", "Steps", "items_from", "pack",
+           "read_output"]

@@ -1,0 +1,158 @@
+"""Replay packs and replay outputs: what crosses between the selection side and a runner.
+
+The selection side packs the trees and captures it wrote out; a runner unpacks them and
+runs the steps it was sent; what it sends back is checked before any fingerprint is
+compared. Every check here is played by the side that would abuse it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tarfile
+
+import pytest
+
+from fastci.runner.execution.validate import InvalidResult, replay_output
+from fastci.runner.prune.replayers import ReplayItem, items_from, pack, read_output
+
+DIGEST = "a" * 64
+
+
+def scratch_with_trees(tmp_path):
+    scratch = tmp_path / "scratch"
+    (scratch / "old" / "net").mkdir(parents=True)
+    (scratch / "old" / "net" / "layers.py").write_text("x = 1\n")
+    (scratch / "new" / "net").mkdir(parents=True)
+    (scratch / "new" / "net" / "layers.py").write_text("x = 2\n")
+    (scratch / "captures").mkdir()
+    (scratch / "captures" / DIGEST).write_bytes(b"pickle bytes")
+    (scratch / "tensors-g0").mkdir()
+    return scratch
+
+
+def test_a_pack_holds_the_trees_and_captures_and_its_steps_name_them_relatively(tmp_path):
+    scratch = scratch_with_trees(tmp_path)
+    (scratch / "unrelated-secret").write_text("not for the runner")
+    capture = {DIGEST: scratch / "captures" / DIGEST}
+    old = ReplayItem("old-g0", scratch / "old", capture, ["src"], env={"A": "1"},
+                     save=scratch / "tensors-g0")
+    new = ReplayItem("new-g0", scratch / "new", capture, compare=scratch / "tensors-g0",
+                     overrides=[["net/layers.py", "Scale", ["describe"]]])
+    steps = pack(scratch, [[old], [new]], tmp_path / "pack.tar.gz")
+    with tarfile.open(tmp_path / "pack.tar.gz") as tar:
+        names = set(tar.getnames())
+        assert all(m.uid == 0 and (m.isfile() or m.isdir()) for m in tar.getmembers())
+    assert {"old/net/layers.py", "new/net/layers.py", f"captures/{DIGEST}"} <= names
+    assert "unrelated-secret" not in names  # only what the steps use
+    json.dumps(steps)  # plain JSON: it travels in the job
+    assert steps[0][0]["root"] == "old" and steps[0][0]["captures"] == {
+        DIGEST: f"captures/{DIGEST}"}
+    assert steps[1][0]["compare_to"] == "tensors-g0" and steps[0][0]["env"] == {"A": "1"}
+
+    # The runner reads them back under where it unpacked the pack, and only there.
+    [[old_back], [new_back]] = items_from(steps, tmp_path / "unpacked")
+    assert old_back.root == tmp_path / "unpacked" / "old"
+    assert old_back.save == tmp_path / "unpacked" / "tensors-g0"
+    assert new_back.overrides == [["net/layers.py", "Scale", ["describe"]]]
+
+
+@pytest.mark.parametrize("field,value", [
+    ("root", "/etc"), ("root", "../../worker"), ("out", "../x"),
+    ("save_tensors", "/root/.ssh"), ("name", "../../evil"), ("name", "x" * 100)])
+def test_a_step_cannot_point_outside_its_pack(tmp_path, field, value):
+    step = {"name": "old-g0", "root": "old", "captures": {DIGEST: f"captures/{DIGEST}"},
+            "out": "old-g0.json", "save_tensors": None, "compare_to": None}
+    step[field] = value
+    if field == "out":  # the runner chooses where results go: a sent `out` is ignored
+        [[item]] = items_from([[step]], tmp_path)
+        assert item.request(tmp_path / "r.json")["out"] == str(tmp_path / "r.json")
+        return
+    with pytest.raises(ValueError):
+        items_from([[step]], tmp_path)
+
+
+def test_a_pack_never_takes_files_from_outside_the_scratch_folder(tmp_path):
+    scratch = scratch_with_trees(tmp_path)
+    outside = ReplayItem("new-g0", tmp_path, {DIGEST: scratch / "captures" / DIGEST})
+    with pytest.raises(ValueError, match="outside"):
+        pack(scratch, [[outside]], tmp_path / "pack.tar.gz")
+
+
+def item(tmp_path):
+    return ReplayItem("new-g0", tmp_path, {DIGEST: tmp_path / DIGEST})
+
+
+def test_results_left_by_the_replayed_code_are_read_only_from_a_plain_file(tmp_path):
+    secret = tmp_path / "key.pem"
+    secret.write_text('{"captures": {}, "stolen": "-----BEGIN PRIVATE KEY-----"}')
+    out = tmp_path / "out.json"
+    out.symlink_to(secret)
+    got = read_output(item(tmp_path), 0, "", out)
+    assert "stolen" not in json.dumps(got) and "PRIVATE" not in json.dumps(got)
+    assert got["captures"][DIGEST]["error"].startswith("the replay wrote no results")
+    out.unlink()
+    os.mkfifo(out)  # would block a plain open() forever
+    got = read_output(item(tmp_path), 0, "", out)
+    assert "not a plain file" in got["captures"][DIGEST]["error"]
+
+
+def test_a_failed_or_silent_replay_is_an_error_for_each_capture(tmp_path):
+    got = read_output(item(tmp_path), 3, "Traceback\nImportError: no torch\n",
+                      tmp_path / "missing.json")
+    assert got == {"captures": {DIGEST: {
+        "error": "the replay process exited with 3: ImportError: no torch"}}}
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    assert "not a mapping" in read_output(item(tmp_path), 0, "", tmp_path / "bad.json")[
+        "captures"][DIGEST]["error"]
+
+
+GOOD = {"captures": {DIGEST: {
+    "fingerprints": {"out": {"hash": "00ff", "dtype": "float32", "shape": [3], "sum": 1.5,
+                             "sumsq": None, "nans": 0}, "rng": {"hash": "12"}},
+    "error": None, "seconds": 0.01, "load_seconds": 0.2,
+    "lines": {"net/layers.py": [3, 4, 4]}, "close": {"out": "ok"}}},
+    "overrides": {"net/layers.py::Scale": {"overriding": [], "error": None}}}
+
+
+def check(raw):
+    return replay_output(raw, captures={DIGEST}, overrides={"net/layers.py::Scale"},
+                         tree={"net/layers.py"})
+
+
+def test_a_well_formed_replay_output_passes_with_its_lines_deduplicated():
+    got = check(GOOD)
+    assert got["captures"][DIGEST]["lines"] == {"net/layers.py": [3, 4]}
+    assert got["captures"][DIGEST]["fingerprints"] == GOOD["captures"][DIGEST]["fingerprints"]
+    assert got["overrides"] == GOOD["overrides"]
+
+
+def _with(path: list, value):
+    raw = json.loads(json.dumps(GOOD))
+    target = raw
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return raw
+
+
+@pytest.mark.parametrize("path,value,why", [
+    (["captures", "b" * 64], {"fingerprints": {}, "error": None}, "was not sent"),
+    (["captures", DIGEST, "lines"], {"/etc/passwd": [1]}, "repository-relative"),
+    (["captures", DIGEST, "lines"], {"other.py": [1]}, "not in the replayed tree"),
+    (["captures", DIGEST, "lines"], {"net/layers.py": ["1"]}, "not line numbers"),
+    (["captures", DIGEST, "fingerprints"], {"out": {"hash": {"nested": "x"}}}, "not a text"),
+    (["captures", DIGEST, "fingerprints"], {"out": "0xff"}, "not a mapping"),
+    (["captures", DIGEST, "seconds"], -1, "non-negative"),
+    (["overrides", "net/other.py::Evil"], {"overriding": [], "error": None}, "not asked"),
+    (["captures", DIGEST, "error"], ["not", "text"], "not a string"),
+])
+def test_a_replay_output_that_claims_more_than_it_was_asked_is_rejected(path, value, why):
+    with pytest.raises(InvalidResult, match=why):
+        check(_with(path, value))
+
+
+def test_an_oversized_replay_output_is_rejected():
+    many = {f"out[{i}]": {"hash": "0"} for i in range(10_001)}
+    with pytest.raises(InvalidResult, match="at most"):
+        check(_with(["captures", DIGEST, "fingerprints"], many))
