@@ -42,6 +42,7 @@ from fastci.runner.store import EvidenceStore, SqliteEvidenceStore, StoreError
 from . import checks, github, workspace
 from .events import RERUN_FAILED, RUN_ALL, Work
 from .queue import SEEN_TTL, Queues, fetch, queue
+from .replays import RunnerReplayer
 from .settings import AppSettings, load
 
 log = logging.getLogger("fastci.app")
@@ -131,10 +132,14 @@ def run_pull_request(ctx: Context, work: Work, delivery: str = "") -> dict:
                             number=work.number, token=token)
     with workspace.worktree(mirror, head_sha) as tree:
         settings = _base_settings(mirror, base_sha)
-        engine = Engine(tree, ctx.settings.store_path, settings=settings)
         # Pruning replays the change's own code, and this worker holds the App's key: the
-        # App never prunes (replays run only where a developer runs FastCI on their tree).
-        planned, store_problem = _plan(engine, base_sha, prune=False)
+        # replays run on a runner, in its sandbox, and only their checked JSON comes back.
+        replayer = RunnerReplayer(ctx.queues, ctx.settings.workspace / "packs")
+        engine = Engine(tree, ctx.settings.store_path, settings=settings, replayer=replayer)
+        planned, store_problem = _plan(engine, base_sha, prune=work.mode == "select")
+        if planned.pruning is not None:
+            planned.selection = replace(planned.selection, notes=(
+                *planned.selection.notes, *replayer.notes(planned.pruning.kept)))
         selection = planned.selection
         chosen = _chosen(selection, work.mode, engine)
         shadow = settings.mode == "shadow" and work.mode == "select"

@@ -34,6 +34,8 @@ JOBS = {
     "fastci.app.jobs.follow_background": ("fastci.app.jobs", "follow_background"),
     "fastci.runner.execution.shard.run_shard": ("fastci.runner.execution.shard", "run_shard"),
     "fastci.runner.execution.shard.pause": ("fastci.runner.execution.shard", "pause"),
+    "fastci.runner.execution.replays.run_replays": ("fastci.runner.execution.replays",
+                                                    "run_replays"),
 }
 
 

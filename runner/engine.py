@@ -35,6 +35,7 @@ from fastci.runner.store import EvidenceStore, open_store, resolve_store
 if TYPE_CHECKING:
     from fastci.runner.analysis.blocks import FileBlocks
     from fastci.runner.prune.decide import PruneOutcome
+    from fastci.runner.prune.replayers import Replayer
 
 DEFAULT_BRANCHES = ("origin/HEAD", "origin/main", "origin/master", "main", "master")
 
@@ -53,8 +54,11 @@ class Planned:
 
 class Engine:
     def __init__(self, root: str | Path = ".", store_path: str | Path | None = None,
-                 progress=None, settings: config.Settings | None = None) -> None:
+                 progress=None, settings: config.Settings | None = None,
+                 replayer: Replayer | None = None) -> None:
         self.repo = Repo.find(root)
+        # Where pruning's replays run: child processes here unless told (the App: a runner).
+        self.replayer = replayer
         # Given settings win: the GitHub App reads them from the trusted base commit.
         self.settings = settings or config.load(self.repo.root)
         # --store as given; else [tool.fastci] store (or FASTCI_STORE), the repository's.
@@ -166,7 +170,8 @@ class Engine:
         paths = {p for d in selection.selected for p, _ in d.prunable}
         old_inv = self._old_inventories(store, snapshot, paths)
         outcome = prune.prune(self.repo, store, selection, snapshot, head, head_tree, old_inv,
-                              mode=self.settings.prune, progress=self.progress)
+                              mode=self.settings.prune, progress=self.progress,
+                              replayer=self.replayer)
         note: str | None
         if outcome.pruned:
             saved = sum(e["test_seconds"] for e in outcome.pruned.values())
@@ -288,7 +293,7 @@ class Engine:
             extra = planned.pruning.head_lines if planned.pruning else {}
             store_run(store, self.repo, base, recording, collected, planned.renames,
                       planned.inputs.changes.paths, flaky=flaky, replayed_lines=extra,
-                      head_inventories=planned.inputs.head_inventories)
+                      head_inventories=_over(planned.inputs.head_inventories, store))
         else:
             from fastci.runner.execution.carry import store_recording  # noqa: PLC0415
             store_recording(store, self.repo, recording)
@@ -439,3 +444,8 @@ class _LazyGraph:
             self._graph = inventory.ImportGraph({**dict(self._head_inv.items()), **self._removed})
         return self._graph.reached_from(path)
 
+
+def _over(inventories, store: EvidenceStore):
+    """Lazy inventories re-bound to `store` (the plan's own may be closed by now)."""
+    return inventories.using(store) if isinstance(inventories, inventory.Inventories) \
+        else inventories

@@ -60,6 +60,13 @@ class Inventories(Mapping[str, FileBlocks]):
         self._loaded: dict[str, FileBlocks] = {}
         self._complete = False
 
+    def using(self, store: EvidenceStore) -> "Inventories":
+        """The same inventories (what is loaded stays loaded) over another open store: a
+        plan's store may be closed by the time its results are stored."""
+        other = Inventories(self._repo, self._rev, self._tree, store)
+        other._loaded, other._complete = dict(self._loaded), self._complete
+        return other
+
     def load(self, paths) -> dict[str, FileBlocks]:
         missing = [p for p in paths if p not in self._loaded and p in self._tree]
         if missing:

@@ -105,15 +105,17 @@ class Sandbox:
                 "--mount-proc", "--kill-child", "--", "sh", "-c", "\n".join(lines), "sh",
                 *drop, *argv]
 
-    def run(self, argv: list[str], cwd: Path, home: Path, timeout: float | None = None
-            ) -> subprocess.CompletedProcess:
-        """Run `argv` in the sandbox with the allowlisted environment; output captured."""
+    def run(self, argv: list[str], cwd: Path, home: Path, timeout: float | None = None,
+            setenv: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        """Run `argv` in the sandbox with the allowlisted environment (plus `setenv`, values
+        the trusted side chose, never the worker's own); output captured."""
         stage = home.parent / "stage"
         if self.hide:
             stage.mkdir(exist_ok=True)
+        env = environment(home, extra=self.extra_env)
+        env.update({k: v for k, v in (setenv or {}).items() if not k.startswith("FASTCI_")})
         return subprocess.run(self.command(argv, stage), cwd=cwd, capture_output=True,
-                              text=True, timeout=timeout,
-                              env=environment(home, extra=self.extra_env))
+                              text=True, timeout=timeout, env=env)
 
 
 def _needed() -> set[str]:
