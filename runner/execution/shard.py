@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from fastci.runner.errors import RunError
 from fastci.runner.execution import fetch, flaky
 from fastci.runner.execution.sandbox import Sandbox
 from fastci.runner.git import GitError
@@ -115,7 +116,11 @@ def run_shard(request: dict) -> dict:
     home = job / "work"
     try:
         bundle = job / "commit.bundle"
-        fetch.download(fetch.check_url(request.get("bundle_url")), bundle, MAX_BUNDLE_BYTES)
+        url = request.get("bundle_url")
+        if url is None:
+            raise RunError("the shard's request carries no bundle_url: a runner takes its "
+                           "commit only from an http(s) URL, never from a path")
+        fetch.download(fetch.check_url(url), bundle, MAX_BUNDLE_BYTES)
         os.chmod(bundle, 0o644)  # the sandbox user checks out of it
         home.mkdir()
         sandbox.give(home)
