@@ -10,6 +10,7 @@ shards download their bundle over HTTP; the secret appears in no job, no result,
 from __future__ import annotations
 
 import http.server
+import json
 import logging
 import os
 import subprocess
@@ -335,6 +336,7 @@ def test_a_pull_requests_shards_download_their_bundle_and_the_secret_goes_nowher
     assert b"bundle_url" in stored  # the scan does see the jobs' arguments
     assert secret not in stored
     assert secret.decode() not in caplog.text
+    assert secret.decode() not in json.dumps(fake.check_runs(REPO))  # nor on GitHub
     assert secret not in log.read_bytes()
     runner_log = log.read_text()
     assert "sig=" not in runner_log  # nor does the runner log its job's signed URL
