@@ -39,7 +39,7 @@ from fastci.runner.git import WORKTREE
 from fastci.runner.selection.report import Decision, RunReport, TestResult
 from fastci.runner.store import EvidenceStore, SqliteEvidenceStore, StoreError
 
-from . import checks, github, workspace
+from . import artifacts, checks, github, workspace
 from .events import RERUN_FAILED, RUN_ALL, Work
 from .queue import SEEN_TTL, Queues, fetch, queue
 from .replays import RunnerReplayer
@@ -158,8 +158,8 @@ def run_pull_request(ctx: Context, work: Work, delivery: str = "") -> dict:
         # store or a credential; they record into scratch and send the recording back.
         request = {"sha": head_sha, "known": known}
         if background:
-            bundle = workspace.bundle(mirror, head_sha, ctx.settings.workspace / "bundles")
-            ids = _enqueue_shards(ctx, [background], {**request, "bundle": str(bundle)},
+            _, url = _bundle(ctx, mirror, head_sha)  # removed by follow_background
+            ids = _enqueue_shards(ctx, [background], {**request, "bundle_url": url},
                                   background=True)
             ctx.queues.cpu.enqueue("fastci.app.jobs.follow_background", work.to_json(),
                                    head_sha, ids, key,
@@ -170,13 +170,13 @@ def run_pull_request(ctx: Context, work: Work, delivery: str = "") -> dict:
                                                                  done=False))
         watch(ctx, work, regressions, RUN_DEADLINE)
         shards = split(blocking, ctx.settings.gpus)
-        bundle = workspace.bundle(mirror, head_sha, ctx.settings.workspace / "bundles")
+        bundle, url = _bundle(ctx, mirror, head_sha)
         try:  # results are checked against inventories parsed here, from git's objects
             with tempfile.TemporaryDirectory(prefix="fastci-check-") as tmp, \
                     SqliteEvidenceStore(Path(tmp) / "inventories.db") as scratch:
                 check = Check(head_sha, planned.inputs.head_tree, Inventories(
                     engine.repo, WORKTREE, planned.inputs.head_tree, scratch))
-                ids = _enqueue_shards(ctx, shards, {**request, "bundle": str(bundle)})
+                ids = _enqueue_shards(ctx, shards, {**request, "bundle_url": url})
                 results, recordings, collected = _follow(ctx, work, head_sha, ids, runs,
                                                          regressions, check=check)
         finally:
@@ -298,6 +298,16 @@ class Check:
 def shard_id(ctx: Context) -> str:
     """Shard jobs' ids share a prefix, so the runners' Redis user may reach only them."""
     return f"{ctx.queues.prefix}-shard-{uuid.uuid4().hex}"
+
+
+def _bundle(ctx: Context, mirror: Path, sha: str) -> tuple[Path, str]:
+    """A bundle of `sha` for runners, and its signed URL, valid as long as a shard may run."""
+    bundle = workspace.bundle(mirror, sha, artifacts.directory(ctx.settings))
+    try:
+        return bundle, artifacts.publish(ctx.settings, bundle, SHARD_TIMEOUT)
+    except BaseException:
+        bundle.unlink(missing_ok=True)
+        raise
 
 
 def _enqueue_shards(ctx: Context, shards: list[list[Decision]], request: dict,
@@ -477,9 +487,7 @@ def follow_background(work_json: dict, head_sha: str, ids: list[str], key: str =
                                 check=check)
     finally:
         for request in ctx.requests.values():
-            path = Path(request["bundle"])
-            if path.parent == ctx.settings.workspace / "bundles":
-                path.unlink(missing_ok=True)
+            artifacts.discard(ctx.settings, request.get("bundle_url"))
     if results is None:
         return {"status": "superseded"}
     runs.update(run, conclusion=checks.conclusion(results, blocking=False),
@@ -560,8 +568,8 @@ def refresh(ctx: Context, work: Work) -> dict:
             would = engine.plan(base=None, head=WORKTREE, prune=False).selection
         except (StoreError, ValueError) as exc:
             log.warning("no selection to audit for %s: %s", sha[:12], exc)
-        bundle = workspace.bundle(mirror, sha, ctx.settings.workspace / "bundles")
-        request = {"sha": sha, "tests": [], "record_all": True, "bundle": str(bundle)}
+        bundle, url = _bundle(ctx, mirror, sha)
+        request = {"sha": sha, "tests": [], "record_all": True, "bundle_url": url}
         target = ctx.queues.gpu(0)
         try:
             job = target.enqueue("fastci.runner.execution.shard.run_shard", request,

@@ -33,8 +33,9 @@ def serve(bind: str = "127.0.0.1:8000", workers: int = 2, settings: AppSettings 
             self.cfg.set("threads", 8)
             self.cfg.set("timeout", 30)
             self.cfg.set("accesslog", "-")
-            # Never log request headers or bodies: they carry signatures and payloads.
-            self.cfg.set("access_log_format", '%(h)s "%(r)s" %(s)s %(b)s %(M)sms')
+            # Never log request headers, bodies or query strings: they carry signatures
+            # (an artifact link's is in its query) and payloads.
+            self.cfg.set("access_log_format", '%(h)s "%(m)s %(U)s" %(s)s %(b)s %(M)sms')
 
         def load(self):
             return app

@@ -1,8 +1,10 @@
 """The GitHub side's settings, from the environment and from files it names.
 
-Secrets (the App's private key, the webhook secret) come only from files or environment
-variables, are held in `Secret` (whose repr hides them), and are never logged or put in a
-job's arguments: jobs read them again from here, in the worker's own environment.
+Secrets (the App's private key, the webhook secret, the artifact secret) come only from files
+or environment variables, are held in `Secret` (whose repr hides them), and are never logged
+or put in a job's arguments: jobs read them again from here, in the worker's own environment.
+None has a default: a service that needs one and finds it unset stops with a SettingsError
+naming the variable.
 """
 
 from __future__ import annotations
@@ -56,6 +58,18 @@ class AppSettings:
     store: str | None = None  # FASTCI_STORE: a redis:// URL shares evidence across machines
     allowed_bots: frozenset[str] = frozenset()
     """FASTCI_ALLOWED_BOTS (comma-separated logins): bots whose comments are commands."""
+    artifact_secret: Secret | None = field(default=None, repr=False)
+    """FASTCI_ARTIFACT_SECRET(_FILE): signs the per-job download URLs of artifacts (the
+    selection worker) and checks them (the webhook service); runners never hold it."""
+    artifact_url: str | None = None
+    """FASTCI_ARTIFACT_URL: the webhook service's base URL as runners reach it."""
+    artifact_dir: Path | None = None
+    """FASTCI_ARTIFACT_DIR: the files runners may download; default `workspace`/artifacts."""
+
+    @property
+    def artifacts(self) -> Path:
+        """The artifacts folder (FASTCI_ARTIFACT_DIR, else artifacts/ in the workspace)."""
+        return self.artifact_dir or self.workspace / "artifacts"
 
     @property
     def store_path(self) -> Path | str:
@@ -109,4 +123,19 @@ def load(environ: dict | None = None) -> AppSettings:
         allowed_bots=frozenset(name.strip().lower()
                                for name in env.get("FASTCI_ALLOWED_BOTS", "").split(",")
                                if name.strip()),
+        artifact_secret=_artifact_secret(env),
+        artifact_url=env.get("FASTCI_ARTIFACT_URL", "").rstrip("/") or None,
+        artifact_dir=Path(env["FASTCI_ARTIFACT_DIR"]).resolve()
+        if env.get("FASTCI_ARTIFACT_DIR") else None,
     )
+
+
+MIN_ARTIFACT_SECRET = 32
+
+
+def _artifact_secret(env: dict) -> Secret | None:
+    secret = _secret(env, "FASTCI_ARTIFACT_SECRET")
+    if secret is not None and len(secret.reveal()) < MIN_ARTIFACT_SECRET:
+        raise SettingsError(f"FASTCI_ARTIFACT_SECRET(_FILE) must be at least "
+                            f"{MIN_ARTIFACT_SECRET} characters (`openssl rand -hex 32`)")
+    return secret

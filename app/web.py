@@ -9,22 +9,27 @@ POST /webhooks   X-Hub-Signature-256 (HMAC-SHA256) is required; then X-GitHub-Ev
                  says why), 503 when Redis cannot be reached (GitHub may redeliver).
 GET /healthz     200 when Redis answers, else 503.
 GET /metrics     Prometheus text: deliveries by outcome, queue lengths.
+GET /artifacts/<name>?expires=..&sig=..
+                 A file the selection worker published for one job's runners
+                 (`artifacts.py`): streamed when the signature is right and unexpired, 403
+                 when it is not, 404 for a name that is no artifact or one that is gone.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from flask import Flask, Response, jsonify, request
+from flask import Flask, Response, jsonify, request, send_file
 from redis import Redis
 from redis.exceptions import RedisError
 from werkzeug.exceptions import HTTPException
 
-from . import events
+from . import artifacts, events
 from .queue import Queues
 from .settings import AppSettings, SettingsError, load
 from .signature import verify
@@ -45,6 +50,9 @@ def create_app(settings: AppSettings | None = None, redis: Redis | None = None) 
     app = Flask("fastci.app")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     secret = settings.webhook_secret.reveal()
+    if settings.artifact_secret is None:
+        log.warning("FASTCI_ARTIFACT_SECRET(_FILE) is unset: GET /artifacts serves nothing, "
+                    "and runners on other machines cannot download their jobs' bundles")
 
     def answer(status: int, message: str, **extra) -> Response:
         """Every answer: JSON with a message, counted in /metrics by status (deliveries to
@@ -88,6 +96,21 @@ def create_app(settings: AppSettings | None = None, redis: Redis | None = None) 
         return Response(_metrics_text(redis, queues, settings.gpus),
                         mimetype="text/plain; version=0.0.4")
 
+    @app.get(f"{artifacts.ROUTE}<name>")
+    def artifact(name: str):
+        refused = artifacts.check(settings, name, request.args.get("expires"),
+                                  request.args.get("sig"))
+        if refused is not None:
+            return answer(refused.status, refused.reason)
+        try:
+            file = artifacts.open_artifact(settings, name)
+        except FileNotFoundError:
+            return answer(404, "no such artifact: its job has ended")
+        response = send_file(file, mimetype="application/octet-stream", download_name=name,
+                             max_age=0, conditional=False)
+        response.content_length = os.fstat(file.fileno()).st_size
+        return response
+
     return app
 
 
@@ -99,8 +122,8 @@ def _json_errors(app: Flask, answer: Callable[..., Response], max_body_bytes: in
 
     @app.errorhandler(404)
     def not_found(_error):
-        return answer(404, "not found: FastCI serves POST /webhooks, GET /healthz and "
-                           "GET /metrics")
+        return answer(404, "not found: FastCI serves POST /webhooks, GET /healthz, "
+                           "GET /metrics and signed GET /artifacts/<name> links")
 
     @app.errorhandler(405)
     def wrong_method(_error):

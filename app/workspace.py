@@ -1,8 +1,9 @@
 """Local copies of the repositories the App serves: a bare mirror per repository, fetched with
 the installation token (passed to git through its environment, never on a command line), and
 throwaway worktrees of it for selection. Mirrors are private to the selection worker: a GPU
-worker gets the commit it tests as a git bundle of that commit's objects (`bundle`), so no
-credential, no other branch and no path into the mirror ever travels in a job. No git hook
+worker gets the commit it tests as a git bundle of that commit's objects (`bundle`), which it
+downloads by a signed URL that expires (`artifacts.py`), so no credential, no other branch
+and no path into the mirror ever travels in a job. No git hook
 ever runs here (`core.hooksPath=/dev/null` on every call).
 """
 
@@ -87,11 +88,11 @@ def tree(mirror: Path, sha: str) -> dict[str, str]:
 
 def bundle(mirror: Path, sha: str, directory: Path) -> Path:
     """A git bundle holding `sha` and its history (nothing else of the mirror), written for
-    one job; readable by runners, removed by whoever follows the job."""
+    one job into `directory` (the artifacts folder, whose mode its caller sets); readable by
+    the webhook service that serves it, removed by whoever follows the job."""
     if len(sha) != 40 or any(c not in "0123456789abcdef" for c in sha):
         raise GitError(f"not a commit id: {sha[:60]!r}")
     directory.mkdir(parents=True, exist_ok=True)
-    os.chmod(directory, 0o755)
     name = uuid.uuid4().hex
     path = directory / f"{sha[:12]}-{name}.bundle"
     ref = f"refs/fastci/bundle/{name}"

@@ -19,6 +19,7 @@ keepalive = 5
 max_requests = 10000  # recycle workers now and then
 max_requests_jitter = 1000
 accesslog = "-"
-# Never log headers or bodies: they carry signatures and payloads.
-access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms'
+# Never log headers, bodies or query strings: they carry signatures (an artifact link's is in
+# its query) and payloads.
+access_log_format = '%(h)s "%(m)s %(U)s" %(s)s %(b)s %(M)sms'
 errorlog = "-"

@@ -102,21 +102,29 @@ class AppLoop:
         self.fake.add_pull(REPO, NUMBER, head_sha=self.head, head_ref="feature",
                            base_sha=self.base)
         self.store = self.workdir / "workspace" / "evidence.db"
+        port = _free_port()
+        self.url = f"http://127.0.0.1:{port}"
         env = {**os.environ, "FASTCI_APP_ID": str(APP_ID),
                "FASTCI_APP_PRIVATE_KEY_FILE": str(key_file), "FASTCI_WEBHOOK_SECRET": SECRET,
                "FASTCI_GITHUB_URL": self.fake.url, "FASTCI_REDIS_URL": self.redis_url,
                "FASTCI_WORKSPACE": str(self.workdir / "workspace"),
                "FASTCI_CLONE_URL": str(self.workdir / "remote") + "/{repo}",
-               "FASTCI_QUEUE_PREFIX": self.prefix, "FASTCI_GPUS": "1"}
+               "FASTCI_QUEUE_PREFIX": self.prefix, "FASTCI_GPUS": "1",
+               # The "GPU" worker downloads its bundles from the webhook service, by URLs
+               # signed with this secret, which only the service and the selection worker hold.
+               "FASTCI_ARTIFACT_URL": self.url,
+               "FASTCI_ARTIFACT_SECRET": f"demo-artifacts-{uuid.uuid4().hex}"}
         env.pop("FASTCI_STORE", None)
-        port = _free_port()
-        self.url = f"http://127.0.0.1:{port}"
+        runner_env = {k: v for k, v in env.items()
+                      if not k.startswith(("FASTCI_ARTIFACT_SECRET", "FASTCI_APP_",
+                                           "FASTCI_WEBHOOK_"))}
         for name, args in {"serve": ["serve", "--bind", f"127.0.0.1:{port}", "--workers", "1"],
                            "worker-cpu": ["worker", "--cpu", "--name", f"{self.prefix}-cpu"],
                            "worker-gpu0": ["worker", "--gpu", "0", "--name",
                                            f"{self.prefix}-gpu0"]}.items():
             log = self.workdir / f"{name}.log"
-            proc = subprocess.Popen([sys.executable, "-m", "fastci", *args], env=env,
+            proc = subprocess.Popen([sys.executable, "-m", "fastci", *args],
+                                    env=runner_env if name.startswith("worker-gpu") else env,
                                     stdout=open(log, "w"), stderr=subprocess.STDOUT,
                                     start_new_session=True)
             self.procs.append((proc, log))

@@ -7,6 +7,9 @@ import os
 import subprocess
 import sys
 import textwrap
+import uuid
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -279,3 +282,30 @@ def payload_path(event: str, name: str) -> Path:
     from fastci.testing import FIXTURES  # noqa: PLC0415
 
     return FIXTURES / "payloads" / event / name
+
+
+@contextmanager
+def artifact_service(monkeypatch):
+    """The App's web service on a real WSGI server, serving the artifacts of the App's
+    settings in the environment: how runners download their jobs' bundles. Sets
+    FASTCI_ARTIFACT_SECRET and FASTCI_ARTIFACT_URL for this process (the selection side, run
+    in the test) and for workers started afterwards; yields the service's URL."""
+    import threading  # noqa: PLC0415
+
+    from werkzeug.serving import make_server  # noqa: PLC0415
+
+    from fastci.app.settings import Secret, load  # noqa: PLC0415
+    from fastci.app.web import create_app  # noqa: PLC0415
+
+    monkeypatch.setenv("FASTCI_ARTIFACT_SECRET", f"artifact-secret-{uuid.uuid4().hex}")
+    settings = replace(load(), webhook_secret=Secret(f"webhook-secret-{uuid.uuid4().hex}"))
+    server = make_server("127.0.0.1", 0, create_app(settings), threaded=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    monkeypatch.setenv("FASTCI_ARTIFACT_URL", url)
+    try:
+        yield url
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,7 +1,8 @@
 """The GitHub App end to end: payloads in GitHub's shapes in, check runs out.
 
-`fastci.demo_app.AppLoop` starts gunicorn (the webhook), two `fastci worker` processes
-(selection, and one "GPU") on real Redis, a local git remote and the fake GitHub. A push to
+`fastci.demo_app.AppLoop` starts gunicorn (the webhook, which also serves each job's bundle by
+a signed link), two `fastci worker` processes (selection, and one "GPU" that downloads its
+bundles over HTTP) on real Redis, a local git remote and the fake GitHub. A push to
 the default branch records evidence; a pull request carrying examples/tinyllm's `rope_bug`
 change then gets its selection, regressions and background check runs.
 """
@@ -23,7 +24,14 @@ def test_a_pull_request_gets_its_check_runs(tmp_path, redis):
         assert answer.status_code == 202, answer.text
         runs = loop.wait(loop.runs_done, 400, "the regressions and background check runs")
         expected, head = set(loop.expected), loop.head
+        served = (tmp_path / "serve.log").read_text()
     assert not list(redis.scan_iter(f"*{loop.prefix}*"))  # the loop cleans up after itself
+    # The "GPU" worker got each commit over HTTP from the webhook service, by a signed link
+    # that the access log never prints; the bundles are gone once their jobs ended.
+    downloads = [line for line in served.splitlines() if "GET /artifacts/" in line]
+    assert len(downloads) >= 3 and all('" 200 ' in line for line in downloads), served[-2000:]
+    assert "sig=" not in served and "expires=" not in served
+    assert not any((tmp_path / "workspace" / "artifacts").iterdir())
 
     selection, regressions = runs["FastCI selection"], runs["FastCI regressions"]
     assert selection["head_sha"] == regressions["head_sha"] == head

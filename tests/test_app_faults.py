@@ -14,7 +14,7 @@ import time
 import uuid
 
 import pytest
-from conftest import app_key_file, app_remote, redis_or_skip
+from conftest import app_key_file, app_remote, artifact_service, redis_or_skip
 from fakegithub import FakeGitHub
 
 from fastci.app import jobs, watchdog
@@ -53,7 +53,7 @@ def world(tmp_path, monkeypatch):
            "FASTCI_REDIS_URL": "redis://127.0.0.1:6379/0"}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    with FakeGitHub() as fake:
+    with FakeGitHub() as fake, artifact_service(monkeypatch):
         monkeypatch.setenv("FASTCI_GITHUB_URL", fake.url)
         fake.register_app(APP_ID, keys.public)
         fake.add_repo(REPO, installation_id=INSTALLATION)

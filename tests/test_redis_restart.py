@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 import redis as redis_lib
-from conftest import app_key_file, app_remote
+from conftest import app_key_file, app_remote, artifact_service
 from fakegithub import FakeGitHub
 from test_app_faults import APP_ID, FILES, INSTALLATION, NUMBER, REPO, pull, runs_by_name
 
@@ -54,7 +54,8 @@ def test_a_redis_restart_mid_run_still_ends_in_complete_check_runs(tmp_path, mon
     keys, key_file = app_key_file(tmp_path)
     prefix = f"fastci-restart-{uuid.uuid4().hex[:8]}"
     procs = []
-    with FakeGitHub() as fake:
+    monkeypatch.setenv("FASTCI_WORKSPACE", str(workspace))  # the bundles' service serves it
+    with FakeGitHub() as fake, artifact_service(monkeypatch):
         fake.register_app(APP_ID, keys.public)
         fake.add_repo(REPO, installation_id=INSTALLATION)
         fake.add_pull(REPO, NUMBER, head_sha=head, base_sha=base)

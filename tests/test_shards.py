@@ -1,14 +1,15 @@
 """Sharding by expected duration, the test environment (an allowlist), the shard's checkout
-from a bundle, and diff coverage."""
+from a bundle (which it takes by an http(s) URL only), and diff coverage."""
 
 from __future__ import annotations
 
 import pytest
 
 from fastci.app.workspace import bundle
+from fastci.runner.errors import RunError
 from fastci.runner.execution.coverage_delta import changed_lines, report, statement_lines
 from fastci.runner.execution.sandbox import Sandbox, environment
-from fastci.runner.execution.shard import checkout, scrubbed_environment, split
+from fastci.runner.execution.shard import checkout, run_shard, scrubbed_environment, split
 from fastci.runner.git import GitError, Repo
 from fastci.runner.selection.report import Decision
 
@@ -93,3 +94,17 @@ def test_a_shard_checks_out_its_commit_from_a_bundle_and_never_reads_it_as_an_op
     assert Repo(root).resolve("HEAD") == sha
     with pytest.raises(GitError):  # the bundle holds that commit's history, no other branch
         Repo(root).resolve(other)
+
+
+def test_a_shard_takes_its_bundle_only_by_an_http_url(project, tmp_path, monkeypatch):
+    # No shared filesystem: a path (the old "bundle" field), a file:// URL or a local
+    # bundle never reaches git; the runner leaves no job folder behind.
+    project.write({"a.py": "x = 1\n"})
+    sha = project.commit("base")
+    path = bundle(project.root / ".git", sha, tmp_path / "bundles")
+    monkeypatch.setenv("FASTCI_RUNNER_DIR", str(tmp_path / "runner"))
+    for request in ({"bundle": str(path)}, {"bundle_url": str(path)},
+                    {"bundle_url": f"file://{path}"}, {"bundle_url": ["http://h/x"]}):
+        with pytest.raises(RunError, match="URL"):
+            run_shard({**request, "sha": sha, "tests": []})
+    assert list((tmp_path / "runner").iterdir()) == []

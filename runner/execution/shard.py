@@ -2,8 +2,9 @@
 
 `split` is pure: longest expected duration first onto the least-loaded shard (LPT), each
 shard keeping the selection's risk order. `run_shard` is the RQ job a GPU worker runs: it
-checks out a commit from the git bundle the selection side wrote for the job (no mirror, no
-credentials, no store travel in the job), runs its tests through pytest with FastCI
+downloads the git bundle the selection side published for the job (`fetch.download`, by a
+signed URL that expires; no mirror, no credential, no store, no shared folder travel in the
+job), checks the commit out of it, runs its tests through pytest with FastCI
 recording, as the sandbox user with an allowlisted environment, and returns what pytest
 recorded as JSON. It knows nothing of GitHub.
 """
@@ -21,7 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from fastci.runner.execution import flaky
+from fastci.runner.errors import RunError
+from fastci.runner.execution import fetch, flaky
 from fastci.runner.execution.sandbox import Sandbox
 from fastci.runner.git import GitError
 from fastci.runner.selection.plan import make_plan
@@ -32,6 +34,7 @@ SCRUBBED_PREFIXES = ("GITHUB_", "GH_", "FASTCI_APP_", "FASTCI_WEBHOOK_", "ACTION
 SCRUBBED_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PRIVATE_KEY")
 SHA = re.compile(r"[0-9a-f]{40}\Z")
 MAX_RECORDING_BYTES = 64 * 2**20
+MAX_BUNDLE_BYTES = 8 * 2**30  # a whole history of a large repository, with room to spare
 
 
 def split(decisions: list[Decision], shards: int) -> list[list[Decision]]:
@@ -96,8 +99,9 @@ def _mark_running() -> None:
 
 
 def run_shard(request: dict) -> dict:
-    """Run one shard. request: bundle (a git bundle holding the commit), sha, tests (ids in
-    order), known (every id the plan may see), and optionally pytest_args and record_all.
+    """Run one shard. request: bundle_url (an http(s) URL of a git bundle holding the
+    commit), sha, tests (ids in order), known (every id the plan may see), and optionally
+    pytest_args and record_all.
 
     pytest runs in the sandbox (`sandbox.py`) and records into a scratch store in the job's
     folder, never the shared one; what it recorded comes back as JSON, which the selection
@@ -112,11 +116,12 @@ def run_shard(request: dict) -> dict:
     home = job / "work"
     try:
         bundle = job / "commit.bundle"
-        try:
-            shutil.copyfile(request["bundle"], bundle)
-        except OSError as exc:
-            raise GitError(f"the commit's bundle cannot be read ({exc.strerror})") from None
-        os.chmod(bundle, 0o644)
+        url = request.get("bundle_url")
+        if url is None:
+            raise RunError("the shard's request carries no bundle_url: a runner takes its "
+                           "commit only from an http(s) URL, never from a path")
+        fetch.download(fetch.check_url(url), bundle, MAX_BUNDLE_BYTES)
+        os.chmod(bundle, 0o644)  # the sandbox user checks out of it
         home.mkdir()
         sandbox.give(home)
         root = checkout(sandbox, bundle, request["sha"], home)
