@@ -134,7 +134,7 @@ def run_pull_request(ctx: Context, work: Work, delivery: str = "") -> dict:
         settings = _base_settings(mirror, base_sha)
         # Pruning replays the change's own code, and this worker holds the App's key: the
         # replays run on a runner, in its sandbox, and only their checked JSON comes back.
-        replayer = RunnerReplayer(ctx.queues, ctx.settings.workspace / "packs")
+        replayer = RunnerReplayer(ctx.queues, ctx.settings)
         engine = Engine(tree, ctx.settings.store_path, settings=settings, replayer=replayer)
         planned, store_problem = _plan(engine, base_sha, prune=work.mode == "select")
         if planned.pruning is not None:

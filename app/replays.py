@@ -3,7 +3,8 @@
 The selection worker holds the App's key and installation tokens, and replaying a capture
 runs the change's code: so the App's `Engine` gets a `RunnerReplayer`. It packs the scratch
 folder pruning wrote (the trees from git objects, the captures from the store, digests
-already verified) as one file, enqueues `fastci.runner.execution.replays.run_replays` on a
+already verified) as one file, published like a commit's bundle behind a signed URL
+(`artifacts.py`), enqueues `fastci.runner.execution.replays.run_replays` on a
 GPU queue (the runner runs it as the sandbox user, where a CUDA module can be replayed as
 well) and waits for it. What comes back is JSON from code under test: each replay's output is
 validated (`validate.replay_output`) before pruning compares a fingerprint, and anything that
@@ -14,8 +15,6 @@ tests selected with the reason on the check run.
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 import time
 import uuid
 from collections.abc import Mapping
@@ -23,12 +22,15 @@ from pathlib import Path
 
 from redis.exceptions import RedisError
 
+from fastci.runner.errors import FastCIError
 from fastci.runner.execution import validate
 from fastci.runner.execution.validate import InvalidResult
 from fastci.runner.prune.replayers import REPLAY_TIMEOUT, ReplayItem, Steps, pack
 
+from . import artifacts
 from .markdown import code
 from .queue import SEEN_TTL, Queues, fetch
+from .settings import AppSettings
 
 log = logging.getLogger("fastci.app")
 POLL = 0.5
@@ -40,21 +42,21 @@ class RunnerReplayer:
 
     in_place = False  # the runner has no checkout: every tree is written out and packed
 
-    def __init__(self, queues: Queues, packs: Path, gpu: int = 0,
+    def __init__(self, queues: Queues, settings: AppSettings, gpu: int = 0,
                  timeout: float = REPLAY_TIMEOUT) -> None:
-        self.queues, self.packs, self.gpu, self.timeout = queues, packs, gpu, timeout
+        self.queues, self.settings, self.gpu, self.timeout = queues, settings, gpu, timeout
         self.rejected: list[str] = []
 
     def run(self, scratch: Path, steps: Steps) -> dict[str, dict]:
         items = [item for step in steps for item in step]
-        self.packs.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix="replays-", suffix=".tar.gz", dir=self.packs)
-        os.close(fd)
-        path = Path(name)
+        path = artifacts.directory(self.settings) / f"replays-{uuid.uuid4().hex}.tar.gz"
         try:
-            request = {"pack": str(path), "steps": pack(scratch, steps, path)}
+            # The pack travels like a bundle: a signed URL valid while the job may wait and run.
+            request = {"steps": pack(scratch, steps, path),
+                       "pack_url": artifacts.publish(self.settings, path,
+                                                          self._budget(len(steps)) + 300)}
             raw = self._wait(request, len(steps))
-        except (RedisError, OSError, ValueError) as exc:
+        except (RedisError, OSError, ValueError, FastCIError) as exc:
             raw = f"the replays could not be run on a runner: {exc}"[:300]
         finally:
             path.unlink(missing_ok=True)
@@ -79,10 +81,14 @@ class RunnerReplayer:
             out.append(f"… and {len(kept) - limit} more candidates not pruned")
         return out
 
+    def _budget(self, steps: int) -> float:
+        """Seconds the job may run: each step's replays in turn, and the pack's download."""
+        return self.timeout * max(1, steps) + 120
+
     def _wait(self, request: dict, steps: int) -> dict | str:
         """The job's return value, or why there is none."""
         job_id = f"{self.queues.prefix}-shard-replay-{uuid.uuid4().hex}"  # the runners' ids
-        budget = self.timeout * max(1, steps) + 120
+        budget = self._budget(steps)
         job = self.queues.gpu(self.gpu).enqueue(
             "fastci.runner.execution.replays.run_replays", request, job_id=job_id,
             job_timeout=int(budget), result_ttl=SEEN_TTL, failure_ttl=SEEN_TTL,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from fastci.runner.errors import RunError
+from fastci.runner.execution import fetch
 from fastci.runner.execution.sandbox import Sandbox
 from fastci.runner.execution.shard import _clean, _mark_running, runner_dir
 from fastci.runner.prune.replayers import REPLAY_TIMEOUT, ReplayItem, items_from, read_output
@@ -30,7 +30,8 @@ MAX_PACK_BYTES = 1024 * 2**20
 
 
 def run_replays(request: dict) -> dict:
-    """request: pack (the replay pack), steps (as `pack` returned them). Returns
+    """request: pack_url (a signed URL of the replay pack), steps (as `pack` returned them).
+    Returns
     {"outputs": {item name: replay.py's output}, "seconds": ...}."""
     started = time.time()
     _mark_running()
@@ -70,16 +71,13 @@ def run_replays(request: dict) -> dict:
 
 
 def _receive(request: dict, dest: Path) -> None:
-    """The pack, copied into the job's folder (readable by the sandbox, which unpacks it)."""
-    try:
-        source = Path(request["pack"])
-        if source.stat().st_size > MAX_PACK_BYTES:
-            raise RunError(f"the replay pack is over {MAX_PACK_BYTES} bytes")
-        shutil.copyfile(source, dest)
-    except (KeyError, TypeError) as exc:
-        raise RunError(f"the replay request names no pack ({exc})") from None
-    except OSError as exc:
-        raise RunError(f"the replay pack cannot be read ({exc.strerror})") from None
+    """The pack, downloaded by its signed URL into the job's folder (readable by the sandbox,
+    which unpacks it)."""
+    url = request.get("pack_url")
+    if not isinstance(url, str):
+        raise RunError("the replay request carries no pack_url: a runner takes its files "
+                       "only by a signed http(s) URL")
+    fetch.download(fetch.check_url(url), dest, MAX_PACK_BYTES)
     os.chmod(dest, 0o644)
 
 

@@ -28,7 +28,7 @@ from attack_world import (
     key_file,
     skip_unless_sandbox,
 )
-from conftest import Project
+from conftest import Project, artifact_service
 from fakegithub import FakeGitHub
 
 from fastci.app import jobs
@@ -142,7 +142,7 @@ def world(tmp_path, monkeypatch, request):
         monkeypatch.setenv(name, value)
     runner = None
     try:
-        with FakeGitHub() as fake:
+        with FakeGitHub() as fake, artifact_service(monkeypatch):
             monkeypatch.setenv("FASTCI_GITHUB_URL", fake.url)
             fake.register_app(APP_ID, keys.public)
             fake.add_repo(REPO, installation_id=INSTALLATION)
