@@ -22,6 +22,12 @@ untouched, because this FastCI cannot know what the newer one stored.
      gone. Bumped so that the version alone says which tables a file has (the rule above).
      Redis keys are unchanged, but the version is shared, so a version-2 prefix is moved
      aside like a version-2 file.
+  4  Redis: a snapshot's parts are saved in the same transaction as its keys, which also
+     counts `<prefix>:writes` (a new key kind), so retention (`fastci gc`) can delete
+     unreachable parts while writers run. A FastCI of version 3 saves the parts outside
+     that transaction and would race gc into a snapshot without its tree; bumped so that it
+     refuses a version-4 store (newer) instead of writing to it. SQLite is unchanged, but
+     the version is shared.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ if TYPE_CHECKING:
     from fastci.runner.analysis.environment import Environment
     from fastci.runner.evidence import Snapshot, TestRecord
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 __all__ = ["SCHEMA_VERSION", "EvidenceStore", "StoreError", "newer_version_error",
            "older_version_message"]

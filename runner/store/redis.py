@@ -214,9 +214,6 @@ class RedisEvidenceStore:
                                       list(test.markers), test.dimension,
                                       test.peak_memory, test.cuda, test.carried_from])
             for test, digest, lines_digest in parts.tests}
-        self._put("tree", {tree_digest: tree_data})
-        self._put("ev", evidence)
-        self._put("lines", lines)
         env = snap.environment
         key = self._k("snap", snap.commit, env.digest)
         created_at = repr(snap.created_at or time.time())
@@ -225,7 +222,13 @@ class RedisEvidenceStore:
             "import_time": json.dumps(snap.import_time, sort_keys=True),
             "session_files": json.dumps(snap.session_files, sort_keys=True),
             "created_at": created_at, "source": snap.source}
+        # The parts and the snapshot in one transaction that also counts the write, which
+        # `gc` watches: a snapshot is never saved against a part gc is deleting (see gc).
         pipe = self._r.pipeline(transaction=True)
+        for kind, items in (("tree", {tree_digest: tree_data}), ("ev", evidence),
+                            ("lines", lines)):
+            for digest, data in items.items():
+                pipe.set(self._k(kind, digest), data, nx=True)
         pipe.delete(key, key + ":tests")
         pipe.hset(key, mapping=meta)
         if rows:
@@ -233,6 +236,7 @@ class RedisEvidenceStore:
         pipe.zadd(self._k("commits", snap.commit), {env.digest: float(created_at)})
         pipe.sadd(self._k("envs", env.digest), snap.commit)
         pipe.sadd(self._k("all-commits"), snap.commit)
+        pipe.incr(self._k("writes"))
         pipe.execute()
 
     def snapshot_envs(self, commit: str) -> list[tuple[str, Environment]]:
