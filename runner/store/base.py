@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from fastci.runner.analysis.blocks import FileBlocks
     from fastci.runner.analysis.environment import Environment
     from fastci.runner.evidence import Snapshot, TestRecord
+    from fastci.runner.store.retention import GcReport, Retention
 
 SCHEMA_VERSION = 4
 
@@ -90,6 +91,15 @@ class EvidenceStore(Protocol):
 
     def load_snapshot(self, commit: str, env_digest: str, *, with_lines: bool = False
                       ) -> Snapshot | None: ...
+
+    # -- retention ---------------------------------------------------------------------------
+    def gc(self, retention: Retention, *, dry_run: bool = False) -> GcReport:
+        """Delete the snapshots `retention` does not keep, then the trees, evidence, line
+        maps, captures, replays and inventories no kept snapshot reaches (the rule is in
+        `retention.py`); with dry_run, only count them. Safe while other processes write:
+        a snapshot saved during gc is either seen and kept whole or left untouched, never
+        half-deleted (each backend says how)."""
+        ...
 
     # -- audit: what the selection would have missed (shadow runs, full runs) -------------
     def add_audit(self, entry: dict) -> None: ...
