@@ -7,6 +7,7 @@ job's arguments: jobs read them again from here, in the worker's own environment
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,11 @@ class AppSettings:
     store: str | None = None  # FASTCI_STORE: a redis:// URL shares evidence across machines
     allowed_bots: frozenset[str] = frozenset()
     """FASTCI_ALLOWED_BOTS (comma-separated logins): bots whose comments are commands."""
+    retention_days: float = 30.0
+    """FASTCI_RETENTION_DAYS: the watchdog's gc keeps this many days of evidence (and each
+    branch's newest), as `fastci gc --keep-days` does."""
+    gc_interval_hours: float = 24.0
+    """FASTCI_GC_INTERVAL_HOURS: how often the watchdogs (together) run gc; 0: never."""
 
     @property
     def store_path(self) -> Path | str:
@@ -92,6 +98,19 @@ def _int(environ: dict, name: str, default: int | None) -> int | None:
         raise SettingsError(f"{name} must be an integer, not {raw!r}") from None
 
 
+def _float(environ: dict, name: str, default: float) -> float:
+    raw = environ.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a number, not {raw!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise SettingsError(f"{name} must be zero or more, not {raw!r}")
+    return value
+
+
 def load(environ: dict | None = None) -> AppSettings:
     env = dict(os.environ if environ is None else environ)
     return AppSettings(
@@ -109,4 +128,7 @@ def load(environ: dict | None = None) -> AppSettings:
         allowed_bots=frozenset(name.strip().lower()
                                for name in env.get("FASTCI_ALLOWED_BOTS", "").split(",")
                                if name.strip()),
+        retention_days=_float(env, "FASTCI_RETENTION_DAYS", AppSettings.retention_days),
+        gc_interval_hours=_float(env, "FASTCI_GC_INTERVAL_HOURS",
+                                 AppSettings.gc_interval_hours),
     )
