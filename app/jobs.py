@@ -156,7 +156,9 @@ def run_pull_request(ctx: Context, work: Work, delivery: str = "") -> dict:
                         *(d.test_id for d in selection.decisions)})
         # Runners get the commit as a bundle of its own objects, never the mirror, the
         # store or a credential; they record into scratch and send the recording back.
-        request = {"sha": head_sha, "known": known}
+        # The capture budget is the base's: the head's own config could raise it.
+        request = {"sha": head_sha, "known": known,
+                   "capture_budget_mb": settings.capture_budget_mb}
         if background:
             _, url = _bundle(ctx, mirror, head_sha)  # removed by follow_background
             ids = _enqueue_shards(ctx, [background], {**request, "bundle_url": url},
@@ -450,7 +452,8 @@ def _collect(shard, request: dict, results, recordings, collected, blocking: boo
     try:
         recording, failures, ran, flaky, firsts = validate.shard(
             shard, head_tree=check.head_tree, inventories=check.inventories,
-            planned=set(tests), sha=check.sha)
+            planned=set(tests), sha=check.sha,
+            capture_budget_mb=request.get("capture_budget_mb"))
     except InvalidResult as exc:
         log.warning("rejected a shard's result for %s: %s", check.sha[:12], exc)
         check.rejected.append(str(exc))
@@ -569,7 +572,8 @@ def refresh(ctx: Context, work: Work) -> dict:
         except (StoreError, ValueError) as exc:
             log.warning("no selection to audit for %s: %s", sha[:12], exc)
         bundle, url = _bundle(ctx, mirror, sha)
-        request = {"sha": sha, "tests": [], "record_all": True, "bundle_url": url}
+        request = {"sha": sha, "tests": [], "record_all": True, "bundle_url": url,
+                   "capture_budget_mb": engine.settings.capture_budget_mb}
         target = ctx.queues.gpu(0)
         try:
             job = target.enqueue("fastci.runner.execution.shard.run_shard", request,
@@ -588,7 +592,7 @@ def refresh(ctx: Context, work: Work) -> dict:
                 recording, _, _, _, _ = validate.shard(
                     fetch(job_id, ctx.redis).return_value(), head_tree=head_tree,
                     inventories=Inventories(engine.repo, sha, head_tree, store), planned=None,
-                    sha=sha)
+                    sha=sha, capture_budget_mb=request["capture_budget_mb"])
             except InvalidResult as exc:
                 log.warning("rejected the full run's result for %s: %s", sha[:12], exc)
                 return {"status": f"recording rejected: {exc}", "job": job_id,

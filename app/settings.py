@@ -9,6 +9,7 @@ naming the variable.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +71,11 @@ class AppSettings:
     def artifacts(self) -> Path:
         """The artifacts folder (FASTCI_ARTIFACT_DIR, else artifacts/ in the workspace)."""
         return self.artifact_dir or self.workspace / "artifacts"
+    retention_days: float = 30.0
+    """FASTCI_RETENTION_DAYS: the watchdog's gc keeps this many days of evidence (and each
+    branch's newest), as `fastci gc --keep-days` does."""
+    gc_interval_hours: float = 24.0
+    """FASTCI_GC_INTERVAL_HOURS: how often the watchdogs (together) run gc; 0: never."""
 
     @property
     def store_path(self) -> Path | str:
@@ -106,6 +112,19 @@ def _int(environ: dict, name: str, default: int | None) -> int | None:
         raise SettingsError(f"{name} must be an integer, not {raw!r}") from None
 
 
+def _float(environ: dict, name: str, default: float) -> float:
+    raw = environ.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a number, not {raw!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise SettingsError(f"{name} must be zero or more, not {raw!r}")
+    return value
+
+
 def load(environ: dict | None = None) -> AppSettings:
     env = dict(os.environ if environ is None else environ)
     return AppSettings(
@@ -127,6 +146,9 @@ def load(environ: dict | None = None) -> AppSettings:
         artifact_url=env.get("FASTCI_ARTIFACT_URL", "").rstrip("/") or None,
         artifact_dir=Path(env["FASTCI_ARTIFACT_DIR"]).resolve()
         if env.get("FASTCI_ARTIFACT_DIR") else None,
+        retention_days=_float(env, "FASTCI_RETENTION_DAYS", AppSettings.retention_days),
+        gc_interval_hours=_float(env, "FASTCI_GC_INTERVAL_HOURS",
+                                 AppSettings.gc_interval_hours),
     )
 
 

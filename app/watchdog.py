@@ -4,7 +4,11 @@ Each cycle it (1) concludes every FastCI check run still open past its deadline 
 the runs they open, with a deadline, in Redis) as timed out, saying why and what to do; and
 (2) asks GitHub to redeliver the webhook deliveries that failed (a 5xx answer: Redis was down
 or the service restarting) and that never reached the queue, through the App's hook
-deliveries API. Run it as `fastci watchdog` (one per deployment).
+deliveries API; and (3) once per FASTCI_GC_INTERVAL_HOURS, runs retention (`fastci gc`) on
+the App's evidence store, with the branches of every mirror in the workspace, so it must run
+where the selection worker's workspace is. The time of the last gc is a key in Redis, set
+only if absent and expiring after the interval, so several watchdogs run it once between
+them. Run it as `fastci watchdog` (one per deployment, or more: they share the work).
 """
 
 from __future__ import annotations
@@ -15,6 +19,10 @@ import time
 
 from github import GithubException
 from redis import Redis
+
+from fastci.runner.errors import FastCIError
+from fastci.runner.store import open_store
+from fastci.runner.store.retention import Retention, branch_histories
 
 from . import github
 from .queue import Queues
@@ -77,6 +85,40 @@ def redeliver_failed(settings: AppSettings, redis: Redis, gi=None, now: float | 
     return asked
 
 
+GC_RETRY = 3600.0  # seconds before another try, after a gc that failed
+
+
+def collect_garbage(settings: AppSettings, redis: Redis, now: float | None = None
+                    ) -> dict | None:
+    """Run gc on the App's store if no watchdog did within the interval; its report as
+    JSON, or None when it was not this watchdog's turn (or gc is off, or nothing to judge)."""
+    if settings.gc_interval_hours <= 0:
+        return None
+    now = time.time() if now is None else now
+    marker = Queues(redis, settings.queue_prefix).key("gc-last")
+    if not redis.set(marker, now, nx=True, ex=max(1, int(settings.gc_interval_hours * 3600))):
+        return None  # another watchdog (or this one) ran it within the interval
+    mirrors = sorted((settings.workspace / "mirrors").glob("*.git"))
+    if not mirrors:  # no branches known here: every old snapshot would look unreachable
+        log.warning("gc skipped: no mirrors in %s (run the watchdog beside the selection "
+                    "worker's workspace)", settings.workspace)
+        redis.expire(marker, int(GC_RETRY))
+        return None
+    try:
+        branches: dict[str, list[str]] = {}
+        for mirror in mirrors:
+            branches.update(branch_histories(mirror, f"{mirror.name}:"))
+        retention = Retention(keep_days=settings.retention_days, now=now, branches=branches)
+        with open_store(settings.store_path, create=False) as store:
+            report = store.gc(retention)
+    except FastCIError as exc:
+        log.warning("gc failed, trying again in %d s: %s", GC_RETRY, exc)
+        redis.expire(marker, int(GC_RETRY))
+        return None
+    log.info("gc: deleted %d item(s), %d bytes freed", report.deleted, report.bytes)
+    return report.to_json()
+
+
 def run(interval: float = 30.0, once: bool = False, settings: AppSettings | None = None) -> None:
     settings = settings or load()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -88,6 +130,10 @@ def run(interval: float = 30.0, once: bool = False, settings: AppSettings | None
             redeliver_failed(settings, redis, gi)
         except Exception as exc:  # noqa: BLE001 - the watchdog outlives outages
             log.warning("watchdog cycle failed: %s: %s", type(exc).__name__, exc)
+        try:  # on its own: GitHub being down must not stop retention
+            collect_garbage(settings, redis)
+        except Exception as exc:  # noqa: BLE001 - the watchdog outlives outages
+            log.warning("watchdog gc failed: %s: %s", type(exc).__name__, exc)
         if once:
             return
         time.sleep(interval)

@@ -185,6 +185,28 @@ def cmd_audit(args) -> int:
     return EXIT_FAILED if any(e["missed"] for e in entries) else EXIT_OK
 
 
+def cmd_gc(args) -> int:
+    import time  # noqa: PLC0415
+
+    from fastci.render import gc_table  # noqa: PLC0415
+    from fastci.runner.store.retention import Retention, branch_histories, check_days  # noqa: PLC0415
+
+    if args.keep_days is not None:
+        check_days(args.keep_days)  # before any git or store work: a usage error is cheap
+    engine = _engine(args)
+    days = check_days(engine.settings.retention_days if args.keep_days is None
+                      else args.keep_days)
+    retention = Retention(keep_days=days, now=time.time(),
+                          branches=branch_histories(engine.repo.root))
+    with engine.open_store(create=False) as store:
+        report = store.gc(retention, dry_run=args.dry_run)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(gc_table(report))
+    return EXIT_OK
+
+
 def cmd_watchdog(args) -> int:
     from fastci.app.watchdog import run  # noqa: PLC0415
 
@@ -291,6 +313,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since-days", type=float, default=None, metavar="N")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_audit)
+
+    p = sub.add_parser("gc", parents=[common],
+                       help="delete evidence no branch or recent run needs",
+                       description="Keep the snapshots of the last --keep-days days and the "
+                                   "newest of each branch (local and remote-tracking) and "
+                                   "environment however old; delete the other snapshots and "
+                                   "the trees, evidence, captures, replays and inventories "
+                                   "no kept snapshot reaches. Safe while others write.")
+    p.add_argument("--keep-days", type=float, default=None, metavar="N",
+                   help="days of snapshots to keep (default: [tool.fastci] retention_days, "
+                        "30)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="say what would be deleted (counts and bytes), delete nothing")
+    p.add_argument("--json", action="store_true", help="the counts as JSON")
+    p.set_defaults(func=cmd_gc)
 
     p = sub.add_parser("watchdog", help="conclude stale check runs; redeliver failed webhooks",
                        description="Every --interval seconds: conclude FastCI check runs left "

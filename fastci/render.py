@@ -117,3 +117,23 @@ def audit_table(entries: list[dict], since_text: str) -> str:
                  f"({saved / total if total else 0:.0%}); median time to first failure "
                  f"{_seconds(median)}")
     return "\n".join(lines)
+
+
+def gc_table(report) -> str:
+    """`fastci gc`: kept and deleted per kind, and the bytes freed (a GcReport)."""
+    verb = "would delete" if report.dry_run else "deleted"
+    lines = [f"{'kind':<12} {'kept':>8} {verb:>12} {'bytes':>10}"]
+    for name, k in report.kinds.items():
+        lines.append(f"{name:<12} {k.kept:>8} {k.deleted:>12} {_size(k.bytes):>10}")
+    freed = "would free" if report.dry_run else "freed"
+    lines.append(f"{report.deleted} item(s) {verb}, {_size(report.bytes)} {freed}"
+                 + (" (dry run: nothing was deleted)" if report.dry_run else ""))
+    return "\n".join(lines)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"

@@ -43,6 +43,9 @@ class Settings:
     """Globs (on the repository path, or the file name) of non-Python files no test reads
     (documentation): where a test's evidence saw no native readers, any other changed
     non-Python file selects it."""
+    retention_days: float = 30.0
+    """`fastci gc` keeps the snapshots of the last this many days, and the newest of each
+    branch and environment however old (`store/retention.py`)."""
     mode: str = "enforce"
     """"enforce": run the selection. "shadow": select, but run every test, and record in the
     store's audit what the selection would have missed (`fastci audit`): how a team earns
@@ -64,7 +67,7 @@ class Settings:
 
 
 _TUPLES = {"dimensions", "blocking", "ignore"}
-_NUMBERS = {"failure_half_life", "capture_budget_mb"}
+_NUMBERS = {"failure_half_life", "capture_budget_mb", "retention_days"}
 PRUNE_MODES = ("exact", "tolerance", "off")
 
 

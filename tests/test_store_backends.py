@@ -12,6 +12,7 @@ and the fleet path end to end: `fastci record` and `fastci select` through a red
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import sqlite3
 import threading
@@ -26,6 +27,7 @@ from test_store import snapshot
 from fastci.runner.analysis.blocks import parse_blocks
 from fastci.runner.analysis.environment import current
 from fastci.runner.errors import EXIT_STORE
+from fastci.runner.evidence import Snapshot, TestRecord
 from fastci.runner.store import (
     SCHEMA_VERSION,
     EvidenceStore,
@@ -34,6 +36,7 @@ from fastci.runner.store import (
     StoreError,
     open_store,
 )
+from fastci.runner.store.retention import DAY, Retention
 
 
 def _flush(client, name: str) -> None:
@@ -78,7 +81,7 @@ def test_the_protocol_declares_what_callers_use():
     assert {"save_inventories", "load_inventories", "save_captures", "load_capture",
             "replay_result", "save_replay_results", "save_snapshot", "snapshot_envs",
             "commits_with_evidence", "load_snapshot", "add_audit", "audits", "add_history",
-            "outcomes", "durations", "cofailure_rates", "flip_history", "close",
+            "outcomes", "durations", "cofailure_rates", "flip_history", "gc", "close",
             "__enter__", "__exit__"} <= set(PROTOCOL_METHODS)
 
 
@@ -181,6 +184,155 @@ def test_audits_alike(store: EvidenceStore):
     store.add_audit({"at": 10.0, "kind": "full", "missed": []})
     assert [a["kind"] for a in store.audits()] == ["full", "shadow"]  # oldest first
     assert store.audits(since=15.0) == [{"at": 20.0, "kind": "shadow", "missed": ["t2"]}]
+
+
+# -- retention (`fastci gc`) -----------------------------------------------------------------
+NOW = 1_700_000_000.0
+
+
+def _hex(name: str, n: int = 64) -> str:
+    """A digest-shaped name (Redis gc touches only keys shaped like its digests)."""
+    return hashlib.sha256(name.encode()).hexdigest()[:n]
+
+
+def _gc_snapshot(commit: str, days_old: float, env=None, shared: bool = False) -> Snapshot:
+    """A snapshot of `commit` with one test of its own, which captured one module call, and
+    (`shared`) one test whose evidence, capture and tree blob other snapshots share too."""
+    def test(test_id: str, capture: str) -> TestRecord:
+        return TestRecord(test_id=test_id, outcome="passed", duration=0.5,
+                          blocks={"pkg/a.py": ("f",)}, lines={"pkg/a.py": (1, 2)},
+                          modules={"captures": [{"index": 0, "module": "pkg.a.Net",
+                                                 "digest": capture, "size": 5}],
+                                   "outside": {}, "inside": {}, "sys_path": []})
+
+    tests = {f"tests/test_{commit}.py::test_own": test(f"tests/test_{commit}.py::test_own",
+                                                        _hex(f"cap-{commit}"))}
+    tree = {f"pkg/own_{commit}.py": _hex(f"blob-{commit}", 40),
+            "pkg/a.py": _hex("blob-shared", 40)}
+    if shared:
+        tests["tests/test_s.py::test_shared"] = test("tests/test_s.py::test_shared",
+                                                     _hex("cap-shared"))
+    return Snapshot(commit=commit, environment=env or current(), tree=tree, tests=tests,
+                    created_at=NOW - days_old * DAY)
+
+
+def _gc_world(store: EvidenceStore, tmp_path):
+    """main: a -> b (b nearest main's tip); c on no branch, old; d on no branch, young; a
+    also recorded in another environment, where it is main's newest. Captures, replays and
+    inventories for each, plus orphans of each kind."""
+    elsewhere = replace(current(), python="0.0.0-elsewhere")
+    snaps = {"a": _gc_snapshot("a", 40), "b": _gc_snapshot("b", 35, shared=True),
+             "c": _gc_snapshot("c", 50, shared=True), "d": _gc_snapshot("d", 1),
+             "a@elsewhere": _gc_snapshot("a", 40, env=elsewhere)}
+    for snap in snaps.values():
+        store.save_snapshot(snap)
+    names = ["a", "b", "c", "d", "shared", "orphan"]
+    files = {}
+    for name in names:
+        files[_hex(f"cap-{name}")] = tmp_path / f"cap-{name}"
+        files[_hex(f"cap-{name}")].write_bytes(b"module call " + name.encode())
+    store.save_captures(files)
+    store.save_replay_results({f"{_hex(f'cap-{n}')}:{_hex('tree', 24)}:exact": {"n": n}
+                               for n in names})
+    fb = parse_blocks("def f():\n    return 1\n")
+    store.save_inventories({_hex(f"blob-{n}", 40): fb for n in names})
+    retention = Retention(keep_days=30, now=NOW, branches={"refs/heads/main": ["b", "a"]})
+    return snaps, retention, elsewhere
+
+
+def _present(store: EvidenceStore) -> dict[str, set[str]]:
+    names = ["a", "b", "c", "d", "shared", "orphan"]
+    return {
+        "captures": {n for n in names if store.load_capture(_hex(f"cap-{n}")) is not None},
+        "replays": {n for n in names
+                    if store.replay_result(f"{_hex(f'cap-{n}')}:{_hex('tree', 24)}:exact")},
+        "inventories": {n for n in names
+                        if store.load_inventories([_hex(f"blob-{n}", 40)])},
+    }
+
+
+def test_gc_keeps_what_the_rule_keeps_and_everything_they_reach(store: EvidenceStore,
+                                                                 tmp_path):
+    snaps, retention, elsewhere = _gc_world(store, tmp_path)
+    before = _present(store)
+    dry = store.gc(retention, dry_run=True)
+    assert dry.dry_run and _present(store) == before  # a dry run deletes nothing
+    assert store.commits_with_evidence() == {"a", "b", "c", "d"}
+    report = store.gc(retention)
+    assert report.to_json()["kinds"] == dry.to_json()["kinds"]  # it did what it said
+    counts = {k: (v.kept, v.deleted) for k, v in report.kinds.items()}
+    assert counts["snapshots"] == (3, 2)  # b, d, a@elsewhere kept; c and a@here deleted
+    assert counts["captures"] == (4, 2) and counts["replays"] == (4, 2)  # c, the orphan
+    assert counts["inventories"] == (4, 2) and counts["trees"] == (3, 1)
+    assert all(report.kinds[k].bytes > 0 for k in ("snapshots", "trees", "evidence",
+                                                    "captures", "replays", "inventories"))
+    # Kept: whole, with everything they reach (a gc that deletes too much loses evidence).
+    here = current().digest
+    for commit, env in (("b", here), ("d", here), ("a", elsewhere.digest)):
+        loaded = store.load_snapshot(commit, env, with_lines=True)
+        expected = snaps["a@elsewhere" if env == elsewhere.digest else commit]
+        assert loaded is not None and loaded.tree == expected.tree
+        assert set(loaded.tests) == set(expected.tests)
+        assert all(t.lines == {"pkg/a.py": (1, 2)} and t.modules is not None
+                   for t in loaded.tests.values())
+    present = _present(store)
+    assert present["captures"] == {"a", "b", "d", "shared"}  # shared: c's too, but b keeps it
+    assert present["replays"] == {"a", "b", "d", "shared"}
+    assert present["inventories"] == {"a", "b", "d", "shared"}  # blobs of the kept trees
+    # Deleted: c (old, on no branch) and a in this environment (b is main's newest here).
+    assert store.load_snapshot("c", here) is None and store.load_snapshot("a", here) is None
+    assert store.commits_with_evidence() == {"a", "b", "d"}
+    assert store.commits_with_evidence(here) == {"b", "d"}
+    assert [key for key, _ in store.snapshot_envs("a")] == [elsewhere.digest]
+    again = store.gc(retention)
+    assert again.deleted == 0 and again.kinds["snapshots"].kept == 3
+
+
+def test_gc_with_no_branches_keeps_the_young_and_a_long_retention_keeps_all(
+        store: EvidenceStore, tmp_path):
+    _gc_world(store, tmp_path)
+    everything = store.gc(Retention(keep_days=365, now=NOW))
+    assert everything.kinds["snapshots"].deleted == 0
+    assert everything.kinds["captures"].deleted == 1  # only the orphan
+    report = store.gc(Retention(keep_days=30, now=NOW))
+    assert report.kinds["snapshots"].kept == 1
+    assert store.commits_with_evidence() == {"d"}
+    assert _present(store)["captures"] == {"d"}
+
+
+def test_a_snapshot_saved_during_gc_keeps_its_parts(store: EvidenceStore, tmp_path, request):
+    """A writer saves, while gc plans, a snapshot made of the very parts gc is about to
+    delete (c's tree, evidence and capture): it must come out whole."""
+    snaps, retention, _ = _gc_world(store, tmp_path)
+    location = (store.path if isinstance(store, SqliteEvidenceStore)
+                else f"{REDIS}?prefix={request.getfixturevalue('prefix')}")
+    late = replace(snaps["c"], commit="e", created_at=NOW)
+    writer = threading.Thread(target=lambda: _save_elsewhere(location, late))
+
+    calls: list = []
+
+    class Racing(Retention):
+        def kept(self, snapshots):
+            if not writer.is_alive() and writer.ident is None:
+                writer.start()  # SQLite: it waits for gc's transaction; Redis: it races
+                writer.join(timeout=2)
+            calls.append(1)
+            return super().kept(snapshots)
+
+    store.gc(Racing(keep_days=retention.keep_days, now=NOW, branches=retention.branches))
+    writer.join(timeout=60)
+    loaded = store.load_snapshot("e", current().digest, with_lines=True)
+    assert loaded is not None and loaded.tree == late.tree
+    assert set(loaded.tests) == set(late.tests)
+    assert all(t.lines == {"pkg/a.py": (1, 2)} for t in loaded.tests.values())
+    assert store.load_snapshot("c", current().digest) is None
+    # Redis: the write made gc's EXEC fail, and gc planned again with the new snapshot.
+    assert len(calls) == (1 if isinstance(store, SqliteEvidenceStore) else 2)
+
+
+def _save_elsewhere(location, snap: Snapshot) -> None:
+    with open_store(location) as other:
+        other.save_snapshot(snap)
 
 
 def test_an_empty_store_read_without_create_is_a_clear_error(location):

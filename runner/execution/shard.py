@@ -101,7 +101,8 @@ def _mark_running() -> None:
 def run_shard(request: dict) -> dict:
     """Run one shard. request: bundle_url (an http(s) URL of a git bundle holding the
     commit), sha, tests (ids in order), known (every id the plan may see), and optionally
-    pytest_args and record_all.
+    pytest_args, record_all and capture_budget_mb (the trusted base's, which overrides the
+    commit's own configuration).
 
     pytest runs in the sandbox (`sandbox.py`) and records into a scratch store in the job's
     folder, never the shared one; what it recorded comes back as JSON, which the selection
@@ -165,6 +166,9 @@ def _pytest(sandbox: Sandbox, root: Path, job: Path, home: Path, request: dict,
         plan.write_text(json.dumps(make_plan(tests, request.get("known", []), only=True)))
         os.chmod(plan, 0o644)
         args.append(f"--fastci-plan={plan}")
+    budget = request.get("capture_budget_mb")
+    if budget is not None:  # the trusted base's: on the command line, it beats the head's file
+        args.append(f"--fastci-capture-budget-mb={float(budget)!r}")
     args += list(request.get("pytest_args", ()))
     return sandbox.run(args, cwd=root, home=home)
 

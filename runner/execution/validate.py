@@ -6,8 +6,10 @@ The tree is the head commit's (from git, never the recording's), test ids must b
 plan sent, paths must be in the head tree, sizes and counts are bounded, blocks and kernel
 hashes are recomputed from the trusted side's own inventories of the head's blobs, file
 hashes are the head tree's, and module captures are dropped (their bytes never reach the
-trusted side). Anything malformed raises `InvalidResult` with the reason; nothing of it is
-stored.
+trusted side). The capture budget is the trusted base's (the shard request's, passed to the
+plugin over the head's own configuration): a test whose kept captures add up to more than it
+is proof the runner ignored it, and the result is rejected. Anything malformed raises
+`InvalidResult` with the reason; nothing of it is stored.
 """
 
 from __future__ import annotations
@@ -89,13 +91,17 @@ def check_sha(value) -> str:
 
 
 def recording(data, *, head_tree: Mapping[str, str], inventories: Mapping,
-              planned: set[str] | None) -> tuple[Recording, dict, list[str]]:
+              planned: set[str] | None, capture_budget_mb: float | None = None
+              ) -> tuple[Recording, dict, list[str]]:
     """(the recording, its failures, the ids collected), checked against the head tree and
-    the plan (`planned` None: a full run, any test of a file in the head tree)."""
+    the plan (`planned` None: a full run, any test of a file in the head tree) and the
+    trusted capture budget (None: none was sent)."""
     data = _dict(data, "the recording", 64)
+    budget = None if capture_budget_mb is None else \
+        int(_number(capture_budget_mb, "the capture budget") * 2**20)
     tests: dict[str, TestRecord] = {}
     for raw in _list(data.get("tests"), "tests", MAX_TESTS):
-        record = _test(raw, head_tree, inventories, planned)
+        record = _test(raw, head_tree, inventories, planned, budget)
         if record.test_id in tests:
             _fail(f"test {record.test_id[:200]!r} is reported twice")
         tests[record.test_id] = record
@@ -143,9 +149,27 @@ def _test_id(value, head_tree: Mapping[str, str], planned: set[str] | None) -> s
     return test_id
 
 
-def _test(raw, head_tree, inventories, planned) -> TestRecord:
+def _captured_bytes(modules, test_id: str) -> int:
+    """The bytes of module captures a test says it kept (its `modules`, or None)."""
+    if modules is None:
+        return 0
+    captures = _list(_dict(modules, f"the module captures of {test_id[:200]!r}", 16)
+                     .get("captures", []), f"the module captures of {test_id[:200]!r}")
+    total = 0
+    for capture in captures:
+        capture = _dict(capture, "a module capture", 16)
+        if capture.get("digest") is not None:  # kept; the others were not (budget, pickling)
+            total += int(_number(capture.get("size", 0), "a module capture's size"))
+    return total
+
+
+def _test(raw, head_tree, inventories, planned, budget: int | None = None) -> TestRecord:
     raw = _dict(raw, "a test", 64)
     test_id = _test_id(raw.get("test_id"), head_tree, planned)
+    captured = _captured_bytes(raw.get("modules"), test_id)
+    if budget is not None and captured > budget:
+        _fail(f"test {test_id[:200]!r} kept {captured} bytes of module captures, over the "
+              f"base's capture budget of {budget} bytes")
     outcome = raw.get("outcome")
     if outcome not in OUTCOMES:
         _fail(f"test {test_id[:200]!r} has outcome {str(outcome)[:40]!r}")
@@ -209,17 +233,19 @@ def _failure(raw, head_tree: Mapping[str, str]) -> dict:
             else None, "at": _optional_number(raw.get("at"), "a failure's time")}
 
 
-def shard(result, *, head_tree: Mapping[str, str], inventories: Mapping, planned: set[str],
-          sha: str) -> tuple[Recording | None, dict, list[str], set[str], dict]:
+def shard(result, *, head_tree: Mapping[str, str], inventories: Mapping,
+          planned: set[str] | None, sha: str, capture_budget_mb: float | None = None
+          ) -> tuple[Recording | None, dict, list[str], set[str], dict]:
     """A shard's whole result: (recording or None, failures, collected, flaky ids, first
-    failures of the flaky ones)."""
+    failures of the flaky ones); `capture_budget_mb` is the one the request carried."""
     result = _dict(result, "the shard's result", 32)
     if result.get("sha") != sha:
         _fail(f"the shard ran {str(result.get('sha'))[:60]!r}, not {sha}")
     if result.get("recording") is None:
         return None, {}, [], set(), {}
     rec, failures, collected = recording(result["recording"], head_tree=head_tree,
-                                         inventories=inventories, planned=planned)
+                                         inventories=inventories, planned=planned,
+                                         capture_budget_mb=capture_budget_mb)
     flaky = {t for t in _list(result.get("flaky", []), "flaky") if t in rec.tests}
     firsts = {t: _failure(f, head_tree)
               for t, f in _dict(result.get("flaky_failures", {}), "flaky failures").items()

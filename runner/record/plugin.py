@@ -29,6 +29,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run only the tests a FastCI plan selects, in its order")
     group.addoption("--fastci-out", metavar="FILE", default=None,
                     help="write what was recorded to FILE (JSON) instead of the store")
+    group.addoption("--fastci-capture-budget-mb", metavar="MB", default=None, type=_megabytes,
+                    help="bytes of module captures kept per test, over [tool.fastci] "
+                         "capture_budget_mb: the App passes its trusted base's here, so the "
+                         "tree under test cannot raise its own")
+
+
+def _megabytes(text: str) -> float:
+    import argparse  # noqa: PLC0415 (start-up: only when the option is given)
+    import math  # noqa: PLC0415
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of megabytes: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"not zero or more megabytes: {text!r}")
+    return value
+
+
+def capture_budget(option: float | None, configured: float) -> int:
+    """Bytes of captures kept per test: the command line's budget (the App's trusted base)
+    wins over the configuration of the tree under test."""
+    return int((configured if option is None else option) * 2**20)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -94,6 +117,8 @@ class _Session:
             self.settings = load(root)
         except ConfigError as exc:
             raise pytest.UsageError(f"fastci: {exc}") from None
+        self.capture_budget = capture_budget(config.getoption("fastci_capture_budget_mb"),
+                                             self.settings.capture_budget_mb)
 
     def pytest_collection_finish(self) -> None:
         # Hook Triton launches only if the code under test imported Triton while being
@@ -104,7 +129,7 @@ class _Session:
             self.recorder.install_kernel_hook()
         # Likewise torch: module calls are captured for pruning only in suites that use it.
         if self.recorder is not None and "torch" in sys.modules and self.settings.prune != "off":
-            self.recorder.install_module_capture(int(self.settings.capture_budget_mb * 2**20))
+            self.recorder.install_module_capture(self.capture_budget)
 
     def test_id(self, nodeid: str) -> str:
         return self._prefix + nodeid if self._prefix else nodeid

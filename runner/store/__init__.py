@@ -11,7 +11,8 @@ Callers hold an `EvidenceStore` (the Protocol in `base.py`) and never ask which 
     StoreError           the store cannot be used (exit code 4)
     SCHEMA_VERSION       what the backends store; its history is in base.py
 
-`codec.py` holds the row codec both backends share.
+`codec.py` holds the row codec both backends share; `retention.py` the rule by which `gc`
+keeps snapshots (and everything they reach), which both backends apply.
 """
 
 from __future__ import annotations

@@ -22,6 +22,12 @@ untouched, because this FastCI cannot know what the newer one stored.
      gone. Bumped so that the version alone says which tables a file has (the rule above).
      Redis keys are unchanged, but the version is shared, so a version-2 prefix is moved
      aside like a version-2 file.
+  4  Redis: a snapshot's parts are saved in the same transaction as its keys, which also
+     counts `<prefix>:writes` (a new key kind), so retention (`fastci gc`) can delete
+     unreachable parts while writers run. A FastCI of version 3 saves the parts outside
+     that transaction and would race gc into a snapshot without its tree; bumped so that it
+     refuses a version-4 store (newer) instead of writing to it. SQLite is unchanged, but
+     the version is shared.
 """
 
 from __future__ import annotations
@@ -35,8 +41,9 @@ if TYPE_CHECKING:
     from fastci.runner.analysis.blocks import FileBlocks
     from fastci.runner.analysis.environment import Environment
     from fastci.runner.evidence import Snapshot, TestRecord
+    from fastci.runner.store.retention import GcReport, Retention
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 __all__ = ["SCHEMA_VERSION", "EvidenceStore", "StoreError", "newer_version_error",
            "older_version_message"]
@@ -84,6 +91,15 @@ class EvidenceStore(Protocol):
 
     def load_snapshot(self, commit: str, env_digest: str, *, with_lines: bool = False
                       ) -> Snapshot | None: ...
+
+    # -- retention ---------------------------------------------------------------------------
+    def gc(self, retention: Retention, *, dry_run: bool = False) -> GcReport:
+        """Delete the snapshots `retention` does not keep, then the trees, evidence, line
+        maps, captures, replays and inventories no kept snapshot reaches (the rule is in
+        `retention.py`); with dry_run, only count them. Safe while other processes write:
+        a snapshot saved during gc is either seen and kept whole or left untouched, never
+        half-deleted (each backend says how)."""
+        ...
 
     # -- audit: what the selection would have missed (shadow runs, full runs) -------------
     def add_audit(self, entry: dict) -> None: ...

@@ -36,12 +36,21 @@ from fastci.runner.store.base import (
     older_version_message,
 )
 from fastci.runner.store.codec import inventory_from_json, inventory_to_json, snapshot_parts
+from fastci.runner.store.retention import GcReport, Reach, Retention, SnapshotRef
 
 if TYPE_CHECKING:
     from redis.typing import EncodableT, FieldT
 
 HISTORY_LIMIT = 200  # outcomes kept per test
 REBUILD_WAIT = 60.0  # seconds a process waits for another to move an older version aside
+GC_ATTEMPTS = 5  # gc plans again when a snapshot was saved meanwhile, at most this often
+GC_BATCH = 1000
+# gc's key kinds, and what the rest of such a key must look like for gc to touch it (another
+# store's prefix may extend ours: "p" and "p:ev" share "p:ev:*", and only digests are ours).
+_GC_KINDS = {"trees": "tree", "evidence": "ev", "lines": "lines", "captures": "cap",
+             "replays": "replay", "inventories": "inv"}
+_DIGEST = re.compile(r"[0-9a-f]{40,64}\Z")
+_REPLAY = re.compile(r"[0-9a-f]{64}:[0-9a-f]{1,64}:[a-z]{1,32}\Z")
 
 
 def is_redis_url(location: object) -> bool:
@@ -214,9 +223,6 @@ class RedisEvidenceStore:
                                       list(test.markers), test.dimension,
                                       test.peak_memory, test.cuda, test.carried_from])
             for test, digest, lines_digest in parts.tests}
-        self._put("tree", {tree_digest: tree_data})
-        self._put("ev", evidence)
-        self._put("lines", lines)
         env = snap.environment
         key = self._k("snap", snap.commit, env.digest)
         created_at = repr(snap.created_at or time.time())
@@ -225,7 +231,13 @@ class RedisEvidenceStore:
             "import_time": json.dumps(snap.import_time, sort_keys=True),
             "session_files": json.dumps(snap.session_files, sort_keys=True),
             "created_at": created_at, "source": snap.source}
+        # The parts and the snapshot in one transaction that also counts the write, which
+        # `gc` watches: a snapshot is never saved against a part gc is deleting (see gc).
         pipe = self._r.pipeline(transaction=True)
+        for kind, items in (("tree", {tree_digest: tree_data}), ("ev", evidence),
+                            ("lines", lines)):
+            for digest, data in items.items():
+                pipe.set(self._k(kind, digest), data, nx=True)
         pipe.delete(key, key + ":tests")
         pipe.hset(key, mapping=meta)
         if rows:
@@ -233,6 +245,7 @@ class RedisEvidenceStore:
         pipe.zadd(self._k("commits", snap.commit), {env.digest: float(created_at)})
         pipe.sadd(self._k("envs", env.digest), snap.commit)
         pipe.sadd(self._k("all-commits"), snap.commit)
+        pipe.incr(self._k("writes"))
         pipe.execute()
 
     def snapshot_envs(self, commit: str) -> list[tuple[str, Environment]]:
@@ -281,6 +294,121 @@ class RedisEvidenceStore:
                         session_files=json.loads(meta["session_files"]),
                         created_at=float(meta["created_at"]), source=meta["source"],
                         env_key=env_digest)
+
+    # -- retention ------------------------------------------------------------------------------
+    def gc(self, retention: Retention, *, dry_run: bool = False) -> GcReport:
+        """Delete the snapshots `retention` does not keep and whatever no kept snapshot
+        reaches (`retention.py`).
+
+        Safe against writers without stopping them: gc WATCHes `<prefix>:writes`, reads and
+        plans, then deletes in one MULTI. `save_snapshot` writes a snapshot's parts (tree,
+        evidence, lines), its keys and an INCR of `writes` in one MULTI of its own. So a
+        snapshot saved before gc's EXEC either came before gc read (gc saw it and keeps
+        what it reaches) or made the EXEC fail (gc plans again, at most GC_ATTEMPTS times);
+        one saved after it writes its parts again (SET NX finds them gone). No snapshot is
+        ever left without its parts. Captures, replays and inventories are saved outside
+        that transaction: one gc deletes between its save and its snapshot's costs time (the
+        test is not pruned, the file parsed again), never safety."""
+        import redis  # noqa: PLC0415
+
+        try:
+            for _ in range(GC_ATTEMPTS):
+                with self._r.pipeline(transaction=True) as pipe:
+                    pipe.watch(self._k("writes"))
+                    report, plan = self._gc_plan(retention, dry_run)
+                    if dry_run:
+                        pipe.unwatch()
+                        return report
+                    pipe.multi()
+                    for op, key, member in plan:
+                        if op == "unlink":
+                            pipe.unlink(key)
+                        elif op == "zrem":
+                            pipe.zrem(key, member)
+                        else:
+                            pipe.srem(key, member)
+                    try:
+                        pipe.execute()
+                    except redis.WatchError:
+                        continue  # a snapshot was saved meanwhile: plan again
+                    return report
+        except redis.RedisError as exc:
+            raise StoreError(f"evidence store {self.shown}: gc failed: {exc}") from None
+        raise StoreError(f"evidence store {self.shown} kept changing while gc planned "
+                         f"({GC_ATTEMPTS} tries): nothing was deleted; try again")
+
+    def _gc_plan(self, retention: Retention, dry_run: bool
+                 ) -> tuple[GcReport, list[tuple[str, str, str]]]:
+        """What gc deletes: (report, [(op, key, member)])."""
+        report = GcReport(dry_run=dry_run)
+        plan: list[tuple[str, str, str]] = []
+        commits = sorted(_bytes(c).decode() for c in self._r.smembers(self._k("all-commits")))
+        pipe = self._r.pipeline(transaction=False)
+        for commit in commits:
+            pipe.zrange(self._k("commits", commit), 0, -1, withscores=True)
+        listing = []
+        for commit, members in zip(commits, pipe.execute()):
+            if not members:
+                plan.append(("srem", self._k("all-commits"), commit))  # a stale index entry
+            listing += [SnapshotRef(commit, _bytes(e).decode(), float(t)) for e, t in members]
+        kept = retention.kept(listing)
+        pipe = self._r.pipeline(transaction=False)
+        for ref in listing:
+            key = self._k("snap", ref.commit, ref.env)
+            pipe.hgetall(key)
+            pipe.hgetall(key + ":tests")
+        replies = pipe.execute()
+        reach = Reach()
+        for i, ref in enumerate(listing):
+            meta, tests = replies[2 * i], replies[2 * i + 1]
+            if (ref.commit, ref.env) in kept:
+                report.count("snapshots", True)
+                if b"tree" in meta:
+                    reach.trees.add(_bytes(meta[b"tree"]).decode())
+                for row in tests.values():
+                    _, _, digest, lines, *_ = json.loads(_bytes(row))
+                    reach.evidence.add(digest)
+                    if lines:
+                        reach.lines.add(lines)
+                continue
+            size = sum(len(k) + len(v) for k, v in (*meta.items(), *tests.items()))
+            report.count("snapshots", False, size)
+            key = self._k("snap", ref.commit, ref.env)
+            plan += [("unlink", key, ""), ("unlink", key + ":tests", ""),
+                     ("zrem", self._k("commits", ref.commit), ref.env),
+                     ("srem", self._k("envs", ref.env), ref.commit)]
+        envs_left: dict[str, int] = {}
+        for ref in listing:
+            envs_left[ref.commit] = envs_left.get(ref.commit, 0) + ((ref.commit, ref.env) in kept)
+        plan += [("srem", self._k("all-commits"), c) for c, n in envs_left.items() if not n]
+        self._gc_parts(reach, report, plan)
+        return report, plan
+
+    def _gc_parts(self, reach: Reach, report: GcReport, plan: list) -> None:
+        """Add to `plan` every part of the store that `reach` does not keep."""
+        for data in self._get_many("tree", sorted(reach.trees)).values():
+            reach.add_tree(data)
+        evidence = sorted(reach.evidence)
+        for start in range(0, len(evidence), GC_BATCH):
+            for data in self._get_many("ev", evidence[start:start + GC_BATCH]).values():
+                reach.add_evidence(data)
+        for kind, short in _GC_KINDS.items():
+            head = self._k(short) + ":"
+            pattern = re.sub(r"([\\\[\]*?])", r"\\\1", head) + "*"
+            form = _REPLAY if kind == "replays" else _DIGEST
+            keys = [k for k in (_bytes(k).decode(errors="replace")
+                                for k in self._r.scan_iter(match=pattern, count=GC_BATCH))
+                    if form.match(k[len(head):])]
+            for start in range(0, len(keys), GC_BATCH):
+                batch = keys[start:start + GC_BATCH]
+                pipe = self._r.pipeline(transaction=False)
+                for key in batch:
+                    pipe.strlen(key)
+                for key, size in zip(batch, pipe.execute()):
+                    keep = reach.keeps(kind, key[len(head):])
+                    report.count(kind, keep, int(size))
+                    if not keep:
+                        plan.append(("unlink", key, ""))
 
     # -- audit ----------------------------------------------------------------------------------
     def add_audit(self, entry: dict) -> None:

@@ -30,6 +30,7 @@ from fastci.runner.store.base import (
     older_version_message,
 )
 from fastci.runner.store.codec import inventory_from_json, inventory_to_json, snapshot_parts
+from fastci.runner.store.retention import GcReport, Reach, Retention, SnapshotRef
 
 APPLICATION_ID = 0x46434931  # "FCI1": marks the file as ours for `file(1)` and for us
 
@@ -304,6 +305,67 @@ class SqliteEvidenceStore:
                 f"SELECT digest, data FROM {table} WHERE digest IN ({marks})", chunk))
         return out
 
+    # -- retention -------------------------------------------------------------------------
+    def gc(self, retention: Retention, *, dry_run: bool = False) -> GcReport:
+        """Delete the snapshots `retention` does not keep and whatever no kept snapshot
+        reaches (`retention.py`), in one IMMEDIATE transaction: a writer waits for it (busy
+        timeout), so no snapshot is saved half-way through and none is half-deleted. A dry
+        run reads the same in a read transaction and deletes nothing. Freed pages are reused
+        by later writes; the file itself shrinks only with `VACUUM`."""
+        report = GcReport(dry_run=dry_run)
+        db = self._db
+        with _transaction(db, "DEFERRED" if dry_run else "IMMEDIATE"):
+            rows = db.execute("SELECT id, commit_sha, env, created_at FROM snapshots").fetchall()
+            kept = retention.kept(SnapshotRef(c, e, t) for _, c, e, t in rows)
+            dropped = [sid for sid, c, e, _ in rows if (c, e) not in kept]
+            db.execute("CREATE TEMP TABLE IF NOT EXISTS gc_dropped (id INTEGER PRIMARY KEY)")
+            db.execute("DELETE FROM gc_dropped")
+            db.executemany("INSERT INTO gc_dropped VALUES (?)", [(i,) for i in dropped])
+            for (size,) in db.execute(
+                    "SELECT length(s.env_json) + length(s.import_time) + "
+                    "length(s.session_files) + coalesce((SELECT sum(length(t.test_id) + "
+                    "length(t.evidence) + coalesce(length(t.lines), 0) + length(t.markers)) "
+                    "FROM tests t WHERE t.snapshot = s.id), 0) FROM snapshots s "
+                    "WHERE s.id IN (SELECT id FROM gc_dropped)"):
+                report.count("snapshots", False, size)
+            report.kinds["snapshots"].kept = len(rows) - len(dropped)
+            reach = Reach()
+            live = "NOT IN (SELECT id FROM gc_dropped)"
+            for digest, data in db.execute(
+                    f"SELECT digest, data FROM trees WHERE digest IN "
+                    f"(SELECT tree FROM snapshots WHERE id {live})"):
+                reach.trees.add(digest)
+                reach.add_tree(data)
+            reach.lines.update(d for (d,) in db.execute(
+                f"SELECT DISTINCT lines FROM tests WHERE lines IS NOT NULL AND snapshot {live}"))
+            for digest, data in db.execute(
+                    f"SELECT digest, data FROM evidence WHERE digest IN "
+                    f"(SELECT evidence FROM tests WHERE snapshot {live})"):
+                reach.evidence.add(digest)
+                reach.add_evidence(data)
+            doomed: dict[str, list[str]] = {}
+            for kind, table, key in (("trees", "trees", "digest"),
+                                     ("evidence", "evidence", "digest"),
+                                     ("lines", "lines", "digest"),
+                                     ("captures", "captures", "digest"),
+                                     ("replays", "replays", "key"),
+                                     ("inventories", "inventories", "blob")):
+                doomed[table] = []
+                for name, size in db.execute(f"SELECT {key}, length(data) FROM {table}"):
+                    keep = reach.keeps(kind, name)
+                    report.count(kind, keep, size)
+                    if not keep:
+                        doomed[table].append(name)
+            if not dry_run:  # snapshots first: their tests cascade, then nothing refers on
+                db.execute("DELETE FROM snapshots WHERE id IN (SELECT id FROM gc_dropped)")
+                for table, key in (("trees", "digest"), ("evidence", "digest"),
+                                   ("lines", "digest"), ("captures", "digest"),
+                                   ("replays", "key"), ("inventories", "blob")):
+                    db.executemany(f"DELETE FROM {table} WHERE {key} = ?",
+                                   [(k,) for k in doomed[table]])
+            db.execute("DELETE FROM gc_dropped")
+        return report
+
     # -- audit: what the selection would have missed (shadow runs, full runs) -----------------
     def add_audit(self, entry: dict) -> None:
         with _transaction(self._db):
@@ -379,9 +441,9 @@ class SqliteEvidenceStore:
 
 
 @contextmanager
-def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+def _transaction(db: sqlite3.Connection, mode: str = "IMMEDIATE") -> Iterator[None]:
     try:
-        db.execute("BEGIN IMMEDIATE")
+        db.execute(f"BEGIN {mode}")
     except sqlite3.OperationalError as exc:
         raise StoreError(f"evidence store is busy or read-only: {exc}") from None
     try:
