@@ -225,14 +225,14 @@ class _Replays:
         new_root = self._root(self.head_tree, "new", todo_new, self.new,
                               worktree=self.head == WORKTREE and self.replayer.in_place) \
             if (todo_new or classes) else None
-        common = {"sys_path": sys_path, "env": env}
-        first, second = [], []
+        first: list[ReplayItem] = []
+        second: list[ReplayItem] = []
         if old_root:
-            first.append(ReplayItem(f"old-{tag}", Path(old_root), todo_old,
-                                    save=tensors if tolerance else None, **common))
+            first.append(ReplayItem(f"old-{tag}", Path(old_root), todo_old, sys_path, env=env,
+                                    save=tensors if tolerance else None))
         if new_root:
-            new = ReplayItem(f"new-{tag}", Path(new_root), todo_new, overrides=classes,
-                             compare=tensors if tolerance else None, **common)
+            new = ReplayItem(f"new-{tag}", Path(new_root), todo_new, sys_path, env=env,
+                             overrides=classes, compare=tensors if tolerance else None)
             # a tolerance replay compares against the tensors the old one saved: after it
             (second if tolerance else first).append(new)
         outputs = self.replayer.run(self.tmp, [s for s in (first, second) if s])
