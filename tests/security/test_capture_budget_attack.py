@@ -19,7 +19,7 @@ import sys
 import uuid
 
 import pytest
-from conftest import Project, app_key_file, redis_or_skip
+from conftest import Project, app_key_file, artifact_service, redis_or_skip
 from fakegithub import FakeGitHub
 
 from fastci.app import jobs
@@ -92,7 +92,7 @@ def attack(tmp_path, monkeypatch, request):
         monkeypatch.setenv(name, value)
     worker = None
     try:
-        with FakeGitHub() as fake:
+        with FakeGitHub() as fake, artifact_service(monkeypatch):
             monkeypatch.setenv("FASTCI_GITHUB_URL", fake.url)
             fake.register_app(APP_ID, keys.public)
             fake.add_repo(REPO, installation_id=INSTALLATION)
