@@ -23,10 +23,12 @@ import tempfile
 import textwrap
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import Project, app_key_file
+from conftest import Project, app_key_file, artifact_service
+from fakegithub import FakeGitHub
 
 SANDBOX_USER = "fastci-sandbox"
 REPO, INSTALLATION, APP_ID, NUMBER = "octo/sandboxed", 61, 6161, 4
@@ -223,3 +225,27 @@ def acl_file(tmp: Path) -> Path:
     path = tmp / "users.acl"
     path.write_text(source.read_text().replace(">CHANGE-ME-", f">{PASSWORD}-"))
     return path
+
+
+def selection_side(monkeypatch, tmp_path: Path, key: Path, workspace: Path, prefix: str,
+                   redis_url: str, app_id: int = APP_ID) -> None:
+    """The App's settings in this process's environment: the selection side runs here."""
+    env = {"FASTCI_APP_ID": str(app_id), "FASTCI_APP_PRIVATE_KEY_FILE": str(key),
+           "FASTCI_WORKSPACE": str(workspace), "FASTCI_QUEUE_PREFIX": prefix,
+           "FASTCI_CLONE_URL": str(tmp_path / "remote") + "/{repo}",
+           "FASTCI_REDIS_URL": redis_url}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+
+@contextmanager
+def github_with_pull(monkeypatch, public_key, repo: str, installation: int, number: int,
+                     head: str, base: str, app_id: int = APP_ID):
+    """The fake GitHub with the App installed and one pull request, and the artifact service
+    runners download from; both stopped on leaving."""
+    with FakeGitHub() as fake, artifact_service(monkeypatch):
+        monkeypatch.setenv("FASTCI_GITHUB_URL", fake.url)
+        fake.register_app(app_id, public_key)
+        fake.add_repo(repo, installation_id=installation)
+        fake.add_pull(repo, number, head_sha=head, base_sha=base)
+        yield fake

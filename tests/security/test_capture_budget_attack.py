@@ -19,8 +19,8 @@ import sys
 import uuid
 
 import pytest
-from conftest import Project, app_key_file, artifact_service, redis_or_skip
-from fakegithub import FakeGitHub
+from attack_world import github_with_pull, selection_side
+from conftest import Project, app_key_file, redis_or_skip
 
 from fastci.app import jobs
 from fastci.app.events import Work
@@ -84,19 +84,12 @@ def attack(tmp_path, monkeypatch, request):
     head = remote.commit("a change, a bigger budget, and an attacker")
     keys, key = app_key_file(tmp_path)
     prefix = f"fastci-budget-{uuid.uuid4().hex[:8]}"
-    env = {"FASTCI_APP_ID": str(APP_ID), "FASTCI_APP_PRIVATE_KEY_FILE": str(key),
-           "FASTCI_WORKSPACE": str(workspace), "FASTCI_QUEUE_PREFIX": prefix,
-           "FASTCI_CLONE_URL": str(tmp_path / "remote") + "/{repo}",
-           "FASTCI_REDIS_URL": "redis://127.0.0.1:6379/0"}
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
+    selection_side(monkeypatch, tmp_path, key, workspace, prefix, "redis://127.0.0.1:6379/0",
+                   APP_ID)
     worker = None
     try:
-        with FakeGitHub() as fake, artifact_service(monkeypatch):
-            monkeypatch.setenv("FASTCI_GITHUB_URL", fake.url)
-            fake.register_app(APP_ID, keys.public)
-            fake.add_repo(REPO, installation_id=INSTALLATION)
-            fake.add_pull(REPO, NUMBER, head_sha=head, base_sha=base)
+        with github_with_pull(monkeypatch, keys.public, REPO, INSTALLATION, NUMBER, head,
+                              base, APP_ID) as fake:
             worker = subprocess.Popen(
                 [sys.executable, "-m", "fastci", "worker", "--gpu", "0"],
                 env={**os.environ, "FASTCI_RUNNER_DIR": str(tmp_path / "runner")},

@@ -25,11 +25,12 @@ from attack_world import (
     SANDBOX_USER,
     RedisServer,
     Runner,
+    github_with_pull,
     key_file,
+    selection_side,
     skip_unless_sandbox,
 )
-from conftest import Project, artifact_service
-from fakegithub import FakeGitHub
+from conftest import Project
 
 from fastci.app import jobs
 from fastci.app.events import Work
@@ -135,18 +136,11 @@ def world(tmp_path, monkeypatch, request):
                         textwrap.indent(textwrap.dedent(FORGE).strip("\n"), "    ") + "\n")
     layers.write_text(text)
     head = remote.commit("equivalent changes, with a probe and a forgery")
-    env = {"FASTCI_APP_ID": str(APP_ID), "FASTCI_APP_PRIVATE_KEY_FILE": str(key),
-           "FASTCI_WORKSPACE": str(workspace), "FASTCI_QUEUE_PREFIX": prefix,
-           "FASTCI_CLONE_URL": str(tmp_path / "remote") + "/{repo}", "FASTCI_REDIS_URL": url}
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
+    selection_side(monkeypatch, tmp_path, key, workspace, prefix, url, APP_ID)
     runner = None
     try:
-        with FakeGitHub() as fake, artifact_service(monkeypatch):
-            monkeypatch.setenv("FASTCI_GITHUB_URL", fake.url)
-            fake.register_app(APP_ID, keys.public)
-            fake.add_repo(REPO, installation_id=INSTALLATION)
-            fake.add_pull(REPO, NUMBER, head_sha=head, base_sha=base)
+        with github_with_pull(monkeypatch, keys.public, REPO, INSTALLATION, NUMBER, head,
+                              base, APP_ID) as fake:
             sandbox = {"FASTCI_SANDBOX_USER": SANDBOX_USER,
                        "FASTCI_SANDBOX_HIDE": os.path.expanduser("~")}
             runner = Runner(tmp_path, {**os.environ, **(

@@ -20,12 +20,12 @@ from attack_world import (
     RedisServer,
     Runner,
     acl_file,
+    github_with_pull,
     hostile_remote,
     key_file,
+    selection_side,
     skip_unless_sandbox,
 )
-from conftest import artifact_service
-from fakegithub import FakeGitHub
 
 from fastci.app import jobs
 from fastci.app.events import Work
@@ -56,18 +56,11 @@ def world(tmp_path, monkeypatch, request):
         "marker": str(marker), "guess": f"redis://127.0.0.1:{server.port}/0",
         "approval": f"{prefix}:ok-to-test:{REPO}:{'f' * 40}", "cpu": f"{prefix}-cpu"})
     _, base, head, _ = hostile_remote(tmp_path, settings)
-    env = {"FASTCI_APP_ID": str(APP_ID), "FASTCI_APP_PRIVATE_KEY_FILE": str(key),
-           "FASTCI_WORKSPACE": str(workspace), "FASTCI_QUEUE_PREFIX": prefix,
-           "FASTCI_CLONE_URL": str(tmp_path / "remote") + "/{repo}", "FASTCI_REDIS_URL": url}
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
+    selection_side(monkeypatch, tmp_path, key, workspace, prefix, url, APP_ID)
     runner = None
     try:
-        with FakeGitHub() as fake, artifact_service(monkeypatch):
-            monkeypatch.setenv("FASTCI_GITHUB_URL", fake.url)
-            fake.register_app(APP_ID, keys.public)
-            fake.add_repo(REPO, installation_id=INSTALLATION)
-            fake.add_pull(REPO, NUMBER, head_sha=head, base_sha=base)
+        with github_with_pull(monkeypatch, keys.public, REPO, INSTALLATION, NUMBER, head,
+                              base, APP_ID) as fake:
             # The runner holds the password and, carelessly, the App's own settings: the
             # sandbox, not the environment's hygiene, is what keeps them from the tests.
             sandbox = {"FASTCI_SANDBOX_USER": SANDBOX_USER,
