@@ -195,6 +195,7 @@ def run_pull_request(ctx: Context, work: Work, delivery: str = "") -> dict:
         if store_problem is None:
             try:
                 with engine.open_store() as store:
+                    _save_captures(store, check.captures)
                     engine.store_results(store, planned, recordings, collected,
                                          flaky={r.test_id for r in results if r.flaky})
                     coverage = _coverage(engine, store, planned)
@@ -218,6 +219,18 @@ def run_pull_request(ctx: Context, work: Work, delivery: str = "") -> dict:
         unwatch(ctx, regressions)
     return {"status": "completed", "head": head_sha, "selected": len(chosen),
             "failed": sum(r.outcome in ("failed", "error") for r in results)}
+
+
+def _save_captures(store: EvidenceStore, captures: dict[str, bytes]) -> None:
+    """Store digest-checked capture bytes (content-addressed; never unpickled here)."""
+    if not captures:
+        return
+    with tempfile.TemporaryDirectory(prefix="fastci-captures-") as tmp:
+        files = {}
+        for digest, data in captures.items():
+            files[digest] = Path(tmp) / digest
+            files[digest].write_bytes(data)
+        store.save_captures(files)
 
 
 def _plan(engine: Engine, base_sha: str, prune: bool):
@@ -295,6 +308,8 @@ class Check:
     head_tree: dict
     inventories: object  # Mapping[str, FileBlocks]
     rejected: list = field(default_factory=list)
+    captures: dict = field(default_factory=dict)
+    """digest -> bytes of the module captures shards sent back, digest-checked."""
 
 
 def shard_id(ctx: Context) -> str:
@@ -454,6 +469,9 @@ def _collect(shard, request: dict, results, recordings, collected, blocking: boo
             shard, head_tree=check.head_tree, inventories=check.inventories,
             planned=set(tests), sha=check.sha,
             capture_budget_mb=request.get("capture_budget_mb"))
+        if recording is not None:
+            check.captures.update(validate.captures(shard, recording,
+                                                    request.get("capture_budget_mb")))
     except InvalidResult as exc:
         log.warning("rejected a shard's result for %s: %s", check.sha[:12], exc)
         check.rejected.append(str(exc))
@@ -587,12 +605,16 @@ def refresh(ctx: Context, work: Work) -> dict:
         if status != "finished":
             return {"status": f"recording {status}", "job": job_id, "audited": False}
         head_tree = engine.repo.tree(sha)
+        result = fetch(job_id, ctx.redis).return_value()
         with engine.open_store() as store:
             try:
                 recording, _, _, _, _ = validate.shard(
-                    fetch(job_id, ctx.redis).return_value(), head_tree=head_tree,
+                    result, head_tree=head_tree,
                     inventories=Inventories(engine.repo, sha, head_tree, store), planned=None,
                     sha=sha, capture_budget_mb=request["capture_budget_mb"])
+                if recording is not None:
+                    _save_captures(store, validate.captures(result, recording,
+                                                            request["capture_budget_mb"]))
             except InvalidResult as exc:
                 log.warning("rejected the full run's result for %s: %s", sha[:12], exc)
                 return {"status": f"recording rejected: {exc}", "job": job_id,

@@ -11,11 +11,14 @@ recorded as JSON. It knows nothing of GitHub.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
 import shutil
 import socket
+import sqlite3
+import stat
 import subprocess
 import sys
 import tempfile
@@ -34,6 +37,8 @@ SCRUBBED_PREFIXES = ("GITHUB_", "GH_", "FASTCI_APP_", "FASTCI_WEBHOOK_", "ACTION
 SCRUBBED_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PRIVATE_KEY")
 SHA = re.compile(r"[0-9a-f]{40}\Z")
 MAX_RECORDING_BYTES = 64 * 2**20
+MAX_CAPTURES_RETURNED = 256 * 2**20  # bytes of module captures one shard sends back
+CAPTURE_DIGEST = re.compile(r"[0-9a-f]{64}\Z")
 MAX_BUNDLE_BYTES = 8 * 2**30  # a whole history of a large repository, with room to spare
 
 
@@ -131,6 +136,7 @@ def run_shard(request: dict) -> dict:
             recording, problem = _read(home, "all")
             return {"sha": request["sha"], "exit_code": proc.returncode,
                     "recording": recording, "problem": problem,
+                    "captures": _captures(home, ["all"], recording),
                     "output_tail": (proc.stdout + proc.stderr)[-4000:],
                     "seconds": time.time() - started, "worker_pid": os.getpid()}
         proc = _pytest(sandbox, root, job, home, request, request["tests"], "first")
@@ -140,10 +146,11 @@ def run_shard(request: dict) -> dict:
         if recording is not None and failed:
             _pytest(sandbox, root, job, home, request, failed, "again")
             recording, flaky_failures = flaky.confirm(recording, _read(home, "again")[0])
+        captured = _captures(home, ["first", "again"], recording)
     finally:
         _clean(sandbox, job, home)
     return {"sha": request["sha"], "exit_code": proc.returncode, "recording": recording,
-            "problem": problem, "flaky": sorted(flaky_failures),
+            "problem": problem, "captures": captured, "flaky": sorted(flaky_failures),
             "flaky_failures": flaky_failures,
             "output_tail": (proc.stdout + proc.stderr)[-4000:],
             "seconds": time.time() - started, "worker_pid": os.getpid()}
@@ -185,6 +192,54 @@ def _read(home: Path, name: str) -> tuple[dict | None, str | None]:
         return None, None
     except (OSError, ValueError) as exc:
         return None, f"the recording cannot be read: {exc}"[:300]
+
+
+def _captures(home: Path, names: list[str], recording: dict | None) -> dict[str, str]:
+    """The module captures the recording's tests kept, read out of the scratch stores as
+    bytes (base64: they travel in JSON; nothing here loads a pickle), up to
+    MAX_CAPTURES_RETURNED in all. What stays behind is missing on the trusted side, and
+    pruning keeps the tests that would need it."""
+    wanted: set[str] = set()
+    for test in (recording or {}).get("tests") or []:
+        modules = test.get("modules") if isinstance(test, dict) else None
+        for capture in (modules.get("captures") or []) if isinstance(modules, dict) else []:
+            digest = capture.get("digest") if isinstance(capture, dict) else None
+            if isinstance(digest, str) and CAPTURE_DIGEST.match(digest):
+                wanted.add(digest)
+    out: dict[str, str] = {}
+    total = 0
+    for name in names:
+        for digest, data in _scratch_captures(home / f"scratch-{name}.db",
+                                              sorted(wanted - out.keys())):
+            if total + len(data) <= MAX_CAPTURES_RETURNED:
+                out[digest] = base64.b64encode(data).decode()
+                total += len(data)
+    return out
+
+
+def _scratch_captures(path: Path, digests: list[str]) -> list[tuple[str, bytes]]:
+    """(digest, bytes) found in a scratch store the sandbox wrote: opened read-only, never
+    through a link the sandbox left in its place; a store that cannot be read gives none."""
+    if not digests:
+        return []
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return []
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return []
+        db = sqlite3.connect(f"file:/proc/self/fd/{fd}?mode=ro&immutable=1", uri=True)
+        try:
+            marks = ",".join("?" * len(digests))
+            return [(str(d), bytes(b)) for d, b in db.execute(
+                f"SELECT digest, data FROM captures WHERE digest IN ({marks})", digests)]
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return []
+    finally:
+        os.close(fd)
 
 
 def _clean(sandbox: Sandbox, job: Path, home: Path) -> None:

@@ -5,16 +5,20 @@ selection side takes from it only what it can check, and rebuilds the rest from 
 The tree is the head commit's (from git, never the recording's), test ids must be ones the
 plan sent, paths must be in the head tree, sizes and counts are bounded, blocks and kernel
 hashes are recomputed from the trusted side's own inventories of the head's blobs, file
-hashes are the head tree's, and module captures are dropped (their bytes never reach the
-trusted side). The capture budget is the trusted base's (the shard request's, passed to the
-plugin over the head's own configuration): a test whose kept captures add up to more than it
-is proof the runner ignored it, and the result is rejected. Anything malformed raises
-`InvalidResult` with the reason; nothing of it is stored.
+hashes are the head tree's. Module captures (pickles written by code under test) come back
+as bytes checked against their sha256 digest and stored content-addressed; the trusted side
+never unpickles them: pruning replays them on a runner, in its sandbox. The capture budget
+is the trusted base's (the shard request's, passed to the plugin over the head's own
+configuration): a test whose kept captures add up to more than it is proof the runner
+ignored it, and the result is rejected. Anything malformed raises `InvalidResult` with the
+reason; nothing of it is stored.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import hashlib
 import math
 import re
 from collections.abc import Container, Mapping
@@ -33,6 +37,10 @@ MAX_ID = 2000
 MAX_ITEMS = 100_000  # paths, lines per path, files, markers... per test
 MAX_LINE = 10_000_000
 DIMENSION = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
+DIGEST = re.compile(r"[0-9a-f]{64}\Z")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+MAX_CAPTURES = 1000  # module captures per test
+MAX_CAPTURE_B64 = 512 * 2**20
 SHA = re.compile(r"[0-9a-f]{40}\Z")
 ENV_FIELDS = tuple(f.name for f in dataclasses.fields(Environment))
 ENV_REQUIRED = {f.name for f in dataclasses.fields(Environment)
@@ -173,15 +181,8 @@ def _test(raw, head_tree, inventories, planned, budget: int | None = None) -> Te
     outcome = raw.get("outcome")
     if outcome not in OUTCOMES:
         _fail(f"test {test_id[:200]!r} has outcome {str(outcome)[:40]!r}")
-    lines: dict[str, tuple[int, ...]] = {}
-    for path, numbers in _dict(raw.get("lines") or {}, "lines").items():
-        if _relative(path, "a covered path") not in head_tree:
-            _fail(f"covered path {path[:200]!r} is not in the head commit")
-        numbers = _list(numbers, f"lines of {path[:100]}")
-        if not all(isinstance(n, int) and not isinstance(n, bool) and 0 < n < MAX_LINE
-                   for n in numbers):
-            _fail(f"lines of {path[:100]!r} are not line numbers")
-        lines[path] = tuple(sorted(set(numbers)))
+    lines = {p: tuple(ls) for p, ls in _line_map(raw.get("lines") or {}, head_tree,
+                                                  "covered").items()}
     blocks: dict[str, set[str]] = {}
     for path, numbers in lines.items():
         fb = inventories.get(path)
@@ -212,7 +213,95 @@ def _test(raw, head_tree, inventories, planned, budget: int | None = None) -> Te
         spawns=tuple(sorted({_text(s, "a spawn", MAX_ID)
                              for s in _list(raw.get("spawns", []), "spawns")})),
         kernels=kernel_hashes(inventories, launched), markers=markers, dimension=dimension,
-        peak_memory=peak, cuda=raw.get("cuda", False), lines=lines, modules=None)
+        peak_memory=peak, cuda=raw.get("cuda", False), lines=lines,
+        modules=_modules(raw.get("modules"), head_tree, test_id))
+
+
+def _line_map(raw, tree: Container[str], what: str) -> dict[str, list[int]]:
+    """{path: line numbers} with every path in `tree`, numbers sorted and unique (0, which
+    coverage reports for entering an empty module, is dropped)."""
+    out = {}
+    for path, numbers in _dict(raw, f"{what} lines").items():
+        if _relative(path, f"a {what} path") not in tree:
+            _fail(f"{what} path {path[:200]!r} is not in the tree")
+        numbers = _list(numbers, f"{what} lines of {path[:100]}")
+        if not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < MAX_LINE
+                   for n in numbers):
+            _fail(f"{what} lines of {path[:100]!r} are not line numbers")
+        out[path] = sorted(set(numbers) - {0})
+    return out
+
+
+def _modules(raw, head_tree: Mapping[str, str], test_id: str) -> dict | None:
+    """A test's module captures (what pruning reads): which calls it kept, by digest, with
+    what each returned and which lines ran inside and outside them. Checked like the rest:
+    paths in the head tree, digests of 64 hex, environment names (FastCI's own dropped)."""
+    if raw is None:
+        return None
+    what = f"the module captures of {test_id[:200]!r}"
+    raw = _dict(raw, what, 16)
+    captures = []
+    for capture in _list(raw.get("captures", []), what, MAX_CAPTURES):
+        capture = _dict(capture, "a module capture", 16)
+        digest = capture.get("digest")
+        if digest is not None and not (isinstance(digest, str) and DIGEST.match(digest)):
+            _fail(f"a capture digest of {test_id[:200]!r} is not 64 hex")
+        env = {}
+        for name, value in _dict(capture.get("env") or {}, "a capture's environment",
+                                 64).items():
+            if not isinstance(name, str) or not ENV_NAME.match(name):
+                _fail(f"a capture of {test_id[:200]!r} sets {str(name)[:60]!r}")
+            if not name.startswith("FASTCI_"):  # the recorder's own hand-over: never replayed
+                env[name] = _text(value, "an environment value", 1000)
+        why = capture.get("why")
+        captures.append({
+            "index": int(_number(capture.get("index", 0), "a capture's index")),
+            "module": _text(capture.get("module"), "a captured module", 300),
+            "digest": digest, "size": int(_number(capture.get("size", 0), "a capture's size")),
+            "why": None if why is None else _text(why, "why a call was not kept", 500),
+            "out": {_text(k, "a fingerprint path", MAX_ID): _json_leaf(v) for k, v in
+                    _dict(capture.get("out") or {}, "recorded fingerprints",
+                          MAX_FINGERPRINTS).items()},
+            "env": env, "lines": _line_map(capture.get("lines") or {}, head_tree, "captured")})
+    return {"captures": captures,
+            "outside": _line_map(raw.get("outside") or {}, head_tree, "uncaptured"),
+            "inside": _line_map(raw.get("inside") or {}, head_tree, "captured"),
+            "sys_path": [_relative(p, "a sys.path entry")
+                         for p in _list(raw.get("sys_path", []), "sys_path", 64)]}
+
+
+def captures(result, recording: Recording, budget_mb: float | None) -> dict[str, bytes]:
+    """The capture bytes a shard sent back, each verified against its sha256 digest, sent
+    only for digests the validated recording's tests kept, and within the base's budget per
+    test: {digest: bytes}. A digest whose bytes did not come (over what a shard returns) is
+    simply absent: pruning then finds it missing and keeps its tests."""
+    sent = _dict(result.get("captures") or {}, "the captures", MAX_ITEMS)
+    kept: dict[str, int] = {}
+    for test in recording.tests.values():
+        for capture in (test.modules or {}).get("captures", ()):
+            if capture["digest"] is not None:
+                kept[capture["digest"]] = capture["size"]
+    out: dict[str, bytes] = {}
+    for digest, encoded in sent.items():
+        if digest not in kept:
+            _fail(f"capture {str(digest)[:70]!r} belongs to no test's evidence")
+        try:
+            data = base64.b64decode(_text(encoded, "a capture", MAX_CAPTURE_B64),
+                                    validate=True)
+        except ValueError:
+            _fail(f"capture {digest[:12]} is not base64")
+        if hashlib.sha256(data).hexdigest() != digest or len(data) != kept[digest]:
+            _fail(f"capture {digest[:12]} does not match its digest and size")
+        out[digest] = data
+    if budget_mb is not None:
+        budget = int(budget_mb * 2**20)
+        for test in recording.tests.values():
+            got = sum(len(out.get(c["digest"], b"")) for c in
+                      (test.modules or {}).get("captures", ()) if c["digest"])
+            if got > budget:
+                _fail(f"test {test.test_id[:200]!r} sent {got} bytes of captures, over "
+                      f"the base's budget of {budget} bytes")
+    return out
 
 
 def _files(raw, head_tree: Mapping[str, str]) -> dict[str, str]:
@@ -307,16 +396,7 @@ def _replay_result(raw, tree: Container[str]) -> dict:
         out["close"] = {_text(k, "a compared tensor", MAX_ID): _text(v, "a comparison", 500)
                         for k, v in _dict(raw["close"], "comparisons").items()}
     if "lines" in raw:
-        lines = {}
-        for path, numbers in _dict(raw["lines"], "replayed lines").items():
-            if _relative(path, "a replayed path") not in tree:
-                _fail(f"replayed path {path[:200]!r} is not in the replayed tree")
-            numbers = _list(numbers, f"replayed lines of {path[:100]}")
-            if not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < MAX_LINE
-                       for n in numbers):
-                _fail(f"replayed lines of {path[:100]!r} are not line numbers")
-            lines[path] = sorted(set(numbers) - {0})  # 0: coverage's entry to an empty module
-        out["lines"] = lines
+        out["lines"] = _line_map(raw["lines"], tree, "replayed")
     return out
 
 

@@ -107,7 +107,7 @@ FORGE = '''
 '''
 
 
-@pytest.fixture(params=["sandboxed", "as the worker"])
+@pytest.fixture(params=["sandboxed", "as the worker", "sandboxed, recorded by the App"])
 def world(tmp_path, monkeypatch, request):
     skip_unless_sandbox()
     server = RedisServer(tmp_path, "--requirepass", PASSWORD)
@@ -121,8 +121,10 @@ def world(tmp_path, monkeypatch, request):
     remote = Project(tmp_path / "remote" / REPO)
     remote.write({"net/__init__.py": "", "net/layers.py": LAYERS, "tests/test_net.py": TESTS})
     base = remote.commit("base")
-    remote.fastci("record", "-q", "--store", str(workspace / "evidence.db"), "--", "-q",
-                  "-p", "no:cacheprovider")
+    by_app = "recorded by the App" in request.param
+    if not by_app:  # a trusted recording (the CLI on the App's store), else a push's full run
+        remote.fastci("record", "-q", "--store", str(workspace / "evidence.db"), "--", "-q",
+                      "-p", "no:cacheprovider")
     probes = {"key": str(key), "parent environ": f"/proc/{os.getpid()}/environ",
               "store": str(workspace / "evidence.db"),
               "mirror config": str(workspace / "mirrors" / "octo__replayed.git" / "config")}
@@ -144,7 +146,12 @@ def world(tmp_path, monkeypatch, request):
             sandbox = {"FASTCI_SANDBOX_USER": SANDBOX_USER,
                        "FASTCI_SANDBOX_HIDE": os.path.expanduser("~")}
             runner = Runner(tmp_path, {**os.environ, **(
-                sandbox if request.param == "sandboxed" else {})})
+                sandbox if request.param.startswith("sandboxed") else {})})
+            if by_app:  # the base's evidence, captures included, comes back from the runner
+                pushed = Work("refresh", REPO, INSTALLATION, head_sha=base, base_ref="main")
+                recorded = jobs.handle(pushed.to_json(), "delivery-push")
+                assert recorded["status"] in ("recorded", "audited"), (
+                    recorded, runner.log.read_text()[-3000:])
             yield fake, base, head, marker, runner
     finally:
         if runner is not None:
@@ -162,7 +169,8 @@ def select(fake, base, head, runner) -> tuple[dict, dict]:
     return outcome, {r["name"]: r for r in fake.check_runs(REPO)}["FastCI selection"]
 
 
-@pytest.mark.parametrize("world", ["sandboxed"], indirect=True)
+@pytest.mark.parametrize("world", ["sandboxed", "sandboxed, recorded by the App"],
+                         indirect=True)
 def test_the_app_prunes_through_a_sandboxed_runner_and_the_change_reaches_nothing(world):
     fake, base, head, marker, runner = world
     outcome, selection = select(fake, base, head, runner)

@@ -139,7 +139,7 @@ def _with(path: list, value):
 @pytest.mark.parametrize("path,value,why", [
     (["captures", "b" * 64], {"fingerprints": {}, "error": None}, "was not sent"),
     (["captures", DIGEST, "lines"], {"/etc/passwd": [1]}, "repository-relative"),
-    (["captures", DIGEST, "lines"], {"other.py": [1]}, "not in the replayed tree"),
+    (["captures", DIGEST, "lines"], {"other.py": [1]}, "not in the tree"),
     (["captures", DIGEST, "lines"], {"net/layers.py": ["1"]}, "not line numbers"),
     (["captures", DIGEST, "fingerprints"], {"out": {"hash": {"nested": "x"}}}, "not a text"),
     (["captures", DIGEST, "fingerprints"], {"out": "0xff"}, "not a mapping"),
