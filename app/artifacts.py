@@ -131,6 +131,30 @@ def discard(settings: AppSettings, url: object) -> None:
         (settings.artifacts / name).unlink(missing_ok=True)
 
 
+STALE_AFTER = 7 * 3600  # past the longest link FastCI signs (a shard's, 6 h), and an hour
+
+
+def sweep(settings: AppSettings, older_than: float = STALE_AFTER,
+          now: float | None = None) -> int:
+    """Remove artifacts whose links have all expired: a selection job that was killed never
+    discarded its bundle. Plain files only (a link or folder there is not FastCI's); returns
+    how many were removed."""
+    folder = settings.artifacts
+    if not folder.is_dir():
+        return 0
+    cutoff = (time.time() if now is None else now) - older_than
+    removed = 0
+    for entry in os.scandir(folder):
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(info.st_mode) and info.st_mtime < cutoff:
+            Path(entry.path).unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
 def _require(settings: AppSettings) -> tuple[str, str]:
     missing = [name for name, value in (("FASTCI_ARTIFACT_SECRET(_FILE)",
                                          settings.artifact_secret),

@@ -24,7 +24,7 @@ from fastci.runner.errors import FastCIError
 from fastci.runner.store import open_store
 from fastci.runner.store.retention import Retention, branch_histories
 
-from . import github
+from . import artifacts, github
 from .queue import Queues
 from .settings import AppSettings, load
 
@@ -132,6 +132,7 @@ def run(interval: float = 30.0, once: bool = False, settings: AppSettings | None
             log.warning("watchdog cycle failed: %s: %s", type(exc).__name__, exc)
         try:  # on its own: GitHub being down must not stop retention
             collect_garbage(settings, redis)
+            artifacts.sweep(settings)  # bundles of selection jobs that were killed
         except Exception as exc:  # noqa: BLE001 - the watchdog outlives outages
             log.warning("watchdog gc failed: %s: %s", type(exc).__name__, exc)
         if once:

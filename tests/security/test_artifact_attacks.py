@@ -340,3 +340,19 @@ def test_a_pull_requests_shards_download_their_bundle_and_the_secret_goes_nowher
     assert secret not in log.read_bytes()
     runner_log = log.read_text()
     assert "sig=" not in runner_log  # nor does the runner log its job's signed URL
+
+
+def test_the_watchdog_sweeps_bundles_whose_links_all_expired(served):
+    """A selection job killed mid-run never discards its bundle: the sweep does, and only
+    files past every link's lifetime (a live job's bundle stays; a planted link is not
+    followed)."""
+    settings = served["settings"]
+    (old, _), (live, _) = served["a"], served["b"]
+    past = time.time() - artifacts.STALE_AFTER - 60
+    os.utime(old, (past, past))
+    outside = served["tmp"] / "not-an-artifact"
+    outside.write_text("kept")
+    os.utime(outside, (past, past))
+    (settings.artifacts / "planted.bundle").symlink_to(outside)
+    assert artifacts.sweep(settings) == 1
+    assert not old.exists() and live.exists() and outside.exists()
