@@ -23,6 +23,9 @@ SHARED = Path(__file__).resolve().parents[2] / "shared"
 # so it is chosen here, before any test module is imported.
 if not Path("/proc/driver/nvidia/version").exists():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# Warm replays leave a zygote waiting for the next replay, for minutes: tests replay cold,
+# and the tests of the zygote start and stop their own.
+os.environ.setdefault("FASTCI_WARM_REPLAYS", "0")
 
 
 class Project:

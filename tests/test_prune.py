@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from conftest import Project
@@ -276,3 +277,42 @@ class _with_env(Project):
 
     def fastci(self, *args, check=True, env=None):
         return super().fastci(*args, check=check, env={**self._env, **(env or {})})
+
+
+@pytest.fixture
+def warm(monkeypatch):
+    """Warm replays on, with a zygote of this test's own (its own socket folder, a short
+    idle time), stopped at teardown whatever happens."""
+    import tempfile
+
+    from fastci.runner.prune import zygote
+
+    folder = Path(tempfile.mkdtemp(prefix="fz-"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(folder))
+    monkeypatch.setenv("FASTCI_WARM_REPLAYS", "1")
+    monkeypatch.setenv("FASTCI_ZYGOTE_IDLE", "60")
+    try:
+        yield folder
+    finally:
+        for sock in folder.glob("*/*.sock"):
+            zygote.stop(sock)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_warm_replays_decide_what_cold_ones_do_and_reuse_one_zygote(net, warm):
+    net.edit("net/layers.py", "y = x * self.weight", "y = self.weight * x")
+    net.edit("net/layers.py", "return x * 3.0", "return x * 3.5")  # Gate: kept
+    cold = decisions(net, "--no-prune")  # nothing replayed: no zygote
+    assert not list(warm.glob("*/*.sock"))
+    first = decisions(net)
+    [pid_file] = warm.glob("*/*.pid")  # one zygote served every replay
+    pid = pid_file.read_text()
+    assert first[SCALE]["decision"] == first[STACK]["decision"] == "skipped"
+    assert first[GATE]["decision"] == "selected"
+    assert {t for t, d in cold.items() if d["decision"] == "selected"} >= {SCALE, STACK, GATE}
+    # A later change replays again, in the same zygote: the same decisions.
+    net.edit("net/layers.py", "return y + 1.0", "return 1.0 + y")
+    again = decisions(net)
+    assert again[SCALE]["decision"] == again[STACK]["decision"] == "skipped"
+    assert again[GATE]["decision"] == "selected"
+    assert pid_file.read_text() == pid

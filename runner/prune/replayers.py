@@ -23,11 +23,13 @@ import stat
 import subprocess
 import sys
 import tarfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from fastci.runner.execution.shard import scrubbed_environment
+from fastci.runner.prune import zygote
 
 REPLAY_TIMEOUT = 600
 MAX_OUTPUT_BYTES = 64 * 2**20
@@ -77,17 +79,51 @@ class Replayer(Protocol):
 
 
 class LocalReplayer:
-    """Replays in child processes of this one: the developer's machine, their own tree."""
+    """Replays in child processes of this one: the developer's machine, their own tree.
+
+    Warm (the default; FASTCI_WARM_REPLAYS=0 turns it off): each replay is a fork of a
+    zygote that imported torch once and stays for a while (`zygote.py`), instead of a fresh
+    interpreter that imports it again. Anything the zygote cannot serve runs cold."""
 
     in_place = True
+
+    def __init__(self, warm: bool | None = None) -> None:
+        self.warm = os.environ.get("FASTCI_WARM_REPLAYS", "1") != "0" if warm is None \
+            else warm
 
     def run(self, scratch: Path, steps: Steps) -> dict[str, dict]:
         outputs: dict[str, dict] = {}
         for step in steps:
+            if self.warm:
+                with ThreadPoolExecutor(max_workers=max(1, len(step))) as pool:
+                    outputs.update(pool.map(lambda item: (item.name, _warm(scratch, item)),
+                                            step))
+                continue
             started = [(item, _start(scratch, item)) for item in step]
             for item, job in started:
                 outputs[item.name] = _finish(item, *job)
         return outputs
+
+
+def _environment(item: ReplayItem | None = None) -> dict[str, str]:
+    """A replay's environment: no credentials (as test processes get none), no coverage
+    hand-over of an enclosing run, and the variables the test session had set."""
+    return {**{k: v for k, v in scrubbed_environment().items() if not k.startswith("COV_CORE")},
+            **(item.env if item else {}), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def _warm(scratch: Path, item: ReplayItem) -> dict:
+    out = scratch / f"{item.name}.json"
+    request_file = scratch / f"{item.name}-request.json"
+    request_file.write_text(json.dumps(item.request(out)))
+    log = scratch / f"{item.name}.log"
+    base = _environment()
+    status = zygote.replay(zygote.socket_path(base), base, request_file, item.root,
+                           _environment(item), log, REPLAY_TIMEOUT)
+    if status is None:  # no zygote could serve it: a cold process
+        return _finish(item, *_start(scratch, item))
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return read_output(item, status, text, out)
 
 
 def _start(scratch: Path, item: ReplayItem) -> tuple[subprocess.Popen, Path]:
@@ -95,11 +131,8 @@ def _start(scratch: Path, item: ReplayItem) -> tuple[subprocess.Popen, Path]:
     request = item.request(out)
     request_file = scratch / f"{item.name}-request.json"
     request_file.write_text(json.dumps(request))
-    # The replay runs the change's code: it gets no credentials (as test processes get none).
-    env = {**{k: v for k, v in scrubbed_environment().items() if not k.startswith("COV_CORE")},
-           **item.env, "PYTHONDONTWRITEBYTECODE": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "fastci.runner.prune.replay",
-                             str(request_file)], cwd=item.root, env=env,
+                             str(request_file)], cwd=item.root, env=_environment(item),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     return proc, out
 
