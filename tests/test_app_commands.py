@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from conftest import LIBRARY, app_key_file, app_remote, redis_or_skip
+from conftest import LIBRARY, app_key_file, app_remote, redis_or_skip, redis_url
 from fakegithub import FakeGitHub
 
 from fastci.app import jobs
@@ -25,7 +25,7 @@ def world(tmp_path, monkeypatch):
     for name, value in {"FASTCI_APP_ID": str(APP_ID), "FASTCI_APP_PRIVATE_KEY_FILE": str(key_file),
                         "FASTCI_WORKSPACE": str(workspace), "FASTCI_QUEUE_PREFIX": prefix,
                         "FASTCI_CLONE_URL": str(tmp_path / "remote") + "/{repo}",
-                        "FASTCI_REDIS_URL": "redis://127.0.0.1:6379/0"}.items():
+                        "FASTCI_REDIS_URL": redis_url()}.items():
         monkeypatch.setenv(name, value)
     with FakeGitHub() as fake:
         monkeypatch.setenv("FASTCI_GITHUB_URL", fake.url)
