@@ -463,7 +463,7 @@ _ROUTES = Map([
 class FakeGitHub:
     """GitHub's REST API for one test: a werkzeug server on 127.0.0.1, a random port.
 
-    Set up with ``register_app``, ``add_repo``, ``add_pull``, ``add_comment``,
+    Set up with ``register_app``, ``add_repo``, ``add_pull``, ``push``, ``add_comment``,
     ``set_permission``, ``add_delivery``; inspect with ``check_runs``, ``comments``,
     ``reactions``, ``redeliveries``, ``requests`` and ``attempts``; break with ``fail_next``
     and ``rate_limit_next``; move GitHub's clock with ``advance``.
@@ -558,6 +558,13 @@ class FakeGitHub:
                 "base_ref": base_ref or state.default_branch, "base_sha": base_sha,
                 "user": user, "author_association": author_association, "title": title,
                 "body": body, "created_at": iso(self._now())}
+
+    def push(self, repo: str, number: int, head_sha: str) -> None:
+        """A push (or force-push) to the pull request's head branch: its head becomes
+        ``head_sha`` now, and its ``updated_at`` moves with it."""
+        with self._lock:
+            pull = self._repos[repo.lower()].pulls[number]
+            pull.update(head_sha=head_sha, updated_at=iso(self._now()))
 
     def add_comment(self, repo: str, number: int, body: str, *, user: str = "octocat",
                     author_association: str = "CONTRIBUTOR") -> int:
@@ -1166,7 +1173,8 @@ class FakeGitHub:
             diff_url=f"{html_url}.diff", patch_url=f"{html_url}.patch", issue_url=issue_url,
             number=number, state="open", title=pull["title"], body=pull["body"],
             user=self._user_json(pull["user"]), created_at=pull["created_at"],
-            updated_at=pull["created_at"], assignees=[], requested_reviewers=[], labels=[],
+            updated_at=pull.get("updated_at", pull["created_at"]), assignees=[],
+            requested_reviewers=[], labels=[],
             commits_url=f"{url}/commits", review_comments_url=f"{url}/comments",
             review_comment_url=f"{repo_json['url']}/pulls/comments{{/number}}",
             comments_url=f"{issue_url}/comments",
@@ -1203,7 +1211,7 @@ class FakeGitHub:
             title=pull["title"], body=pull["body"], user=pull_json["user"], labels=[],
             assignee=None, assignees=[], state="open",
             comments=len(self.comments(repo.full_name, number)),
-            created_at=pull["created_at"], updated_at=pull["created_at"],
+            created_at=pull["created_at"], updated_at=pull_json["updated_at"],
             author_association=pull["author_association"])
         body["pull_request"] = {key: pull_json[key]
                                 for key in ("url", "html_url", "diff_url", "patch_url")}
