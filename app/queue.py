@@ -145,7 +145,10 @@ class Queues:
             at = schema.timestamp(work.updated_at) if work.updated_at else None
         except (ValueError, OverflowError):
             at = None  # the webhook checked it; a job from elsewhere carries no order
-        if at is None or not self._advance(key, work.head_sha, at, from_event=True):
+        if at is None:
+            return []
+        self._note_head(key, work.head_sha, at)
+        if not self._advance(key, work.head_sha, at, from_event=True):
             return []
         cancelled = []
         for raw in self.redis.lrange(key + ":jobs", 0, -1):
@@ -158,6 +161,35 @@ class Queues:
                 job.cancel()
                 cancelled.append(old_id)
         return cancelled
+
+    HEADS_KEPT = 100
+
+    def _note_head(self, key: str, head: str, at: float) -> None:
+        """The pull request's heads as its events showed them, by their time: what an
+        approval is checked against (head_at)."""
+        pipe = self.redis.pipeline()
+        pipe.zadd(key + ":heads", {json.dumps([head, at]): at})
+        pipe.zremrangebyrank(key + ":heads", 0, -self.HEADS_KEPT - 1)
+        pipe.expire(key + ":heads", SEEN_TTL)
+        pipe.execute()
+
+    def head_at(self, repo: str, number: int, when: float) -> tuple[str | None, list[str]]:
+        """The pull request's head at `when` by its events (None when no event before `when`
+        was seen, or two heads tie at the latest one), and the heads of events at or after
+        `when` (a push after a comment; one in the same second counts as after).
+
+        An event's `updated_at` is no earlier than its head change and no later than the
+        next change, so the head of the latest event before `when` was the head at `when`,
+        unless a later push's event has not arrived yet: callers compare with the API."""
+        entries = [(json.loads(raw)[0], score) for raw, score in self.redis.zrange(
+            self.pr_key(repo, number) + ":heads", 0, -1, withscores=True)]
+        before = [(head, score) for head, score in entries if score < when]
+        later = [head for head, score in entries if score >= when]
+        if not before:
+            return None, later
+        latest = max(score for _, score in before)
+        heads = {head for head, score in before if score == latest}
+        return (heads.pop() if len(heads) == 1 else None), later
 
     def settle(self, repo: str, number: int, head: str, at: float) -> None:
         """The head the API gave (at its `updated_at`) is current, unless an event newer than
