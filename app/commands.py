@@ -124,6 +124,11 @@ def _handle(ctx, work: Work, command: Command) -> dict:
         reply(f"approved `{approved[:12]}` for testing on FastCI's runners; running it now. "
               "A new push needs a new `/fastci ok-to-test`.")
         return {"command": command.name, "allowed": True, "approved": approved}
+    elif command.name in ("run-all", "retest") and _unapproved_fork(ctx, work, pr):
+        reply(f"this pull request comes from a fork, and its head `{head[:12]}` is not approved "
+              "for FastCI's runners, so nothing runs: a maintainer must review it and say "
+              f"`/fastci ok-to-test {head[:12]}` first, then `{command.text[:40]}` again.")
+        return {"command": command.name, "allowed": True, "ran": False}
     elif command.name == "run-all":
         _rerun(ctx, work, head, base, pr, RUN_ALL)
         reply(f"running every test on `{head[:12]}`.")
@@ -133,6 +138,12 @@ def _handle(ctx, work: Work, command: Command) -> dict:
     elif command.name == "explain":
         reply(explain(ctx, work, pr, command.argument))
     return {"command": command.name, "allowed": True}
+
+
+def _unapproved_fork(ctx, work: Work, pr) -> bool:
+    head_repo = pr.head.repo.full_name if pr.head.repo is not None else None
+    fork = head_repo is None or head_repo.lower() != work.repo.lower()
+    return fork and not ctx.redis.exists(ctx.approved_key(work.repo, pr.head.sha))
 
 
 SHA_PREFIX = re.compile(r"^[0-9a-f]{7,40}$")
@@ -191,7 +202,7 @@ def explain(ctx, work: Work, pr, test_id: str) -> str:
     head_repo = pr.head.repo.full_name if pr.head.repo is not None else None
     fork = head_repo is None or head_repo.lower() != work.repo.lower()
     if fork:
-        if not ctx.redis.exists(ctx.approved_key(work.repo, pr.head.sha)):
+        if _unapproved_fork(ctx, work, pr):
             return ("this pull request comes from a fork; FastCI explains its selection "
                     "after `/fastci ok-to-test`.")
     mirror = workspace.sync(ctx.settings.workspace, work.repo,

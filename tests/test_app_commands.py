@@ -221,3 +221,23 @@ def test_an_edited_comment_gets_a_reply_and_runs_nothing(world):
     from rq import Queue
 
     assert Queue(f"{prefix}-cpu", connection=client).count == 0
+
+
+@pytest.mark.parametrize("asked", ["/fastci run all", "/fastci retest"])
+def test_run_all_on_an_unapproved_fork_says_it_needs_ok_to_test_and_runs_nothing(world, asked):
+    fake, client, prefix, base, head = world
+    fake.add_pull(REPO, NUMBER, head_sha=head, base_sha=base, head_repo="mallory/calc")
+    fake.set_permission(REPO, "maintainer", "write")
+    work, _ = command(fake, asked, "maintainer")
+    assert jobs.handle(work.to_json(), "u1")["ran"] is False
+    answer = replies(fake)[-1]
+    assert "running every test" not in answer
+    assert "is not approved for FastCI's runners, so nothing runs" in answer
+    assert f"`/fastci ok-to-test {head[:12]}` first, then `{asked}` again" in answer
+    assert reruns(client, prefix) == []
+    # Once approved, the same command runs.
+    work, _ = command(fake, f"/fastci ok-to-test {head}", "maintainer")
+    jobs.handle(work.to_json(), "u2")
+    work, _ = command(fake, asked, "maintainer")
+    assert "ran" not in jobs.handle(work.to_json(), "u3")
+    assert len(reruns(client, prefix)) == 2
