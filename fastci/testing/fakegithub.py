@@ -586,17 +586,19 @@ class FakeGitHub:
 
     def add_delivery(self, guid: str, event: str, *, action: str | None = None,
                      status_code: int = 200, installation_id: int | None = None,
-                     repository_id: int | None = None) -> int:
+                     repository_id: int | None = None, redelivery: bool = False) -> int:
         """A webhook delivery GitHub made to the App (as GET /app/hook/deliveries lists it).
 
         Derived shape: the replay holds no delivery; these are GitHub's documented fields, the
-        ones PyGithub's HookDeliverySummary parses.
+        ones PyGithub's HookDeliverySummary parses. ``redelivery=True``: GitHub's later
+        attempt at an earlier delivery, listed with the same ``guid``. The list is newest
+        first, paged by ``Link`` headers.
         """
         with self._lock:
             delivery_id = next(self._ids)
             self._deliveries.append({
                 "id": delivery_id, "guid": guid, "delivered_at": iso(self._now()),
-                "redelivery": False, "duration": 0.05,
+                "redelivery": redelivery, "duration": 0.05,
                 "status": "OK" if status_code < 300 else f"Invalid HTTP Response: {status_code}",
                 "status_code": status_code, "event": event, "action": action,
                 "installation_id": installation_id, "repository_id": repository_id,
