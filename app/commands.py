@@ -8,6 +8,7 @@ with a reaction and answered with a comment; an unknown one gets the help text.
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, replace
 
@@ -15,6 +16,7 @@ from github import GithubException
 
 from . import github, markdown
 from .events import EDITED, RUN_ALL, Work, command_line
+from .queue import SEEN_TTL
 
 WRITE = ("admin", "maintain", "write")
 HELP = """\
@@ -25,7 +27,7 @@ FastCI commands (write access required):
 | `/fastci run all` | run every test on this head, not only the selection |
 | `/fastci retest` | select and run again on this head (failed tests included) |
 | `/fastci explain <test id>` | why a test is selected or skipped, with its evidence |
-| `/fastci ok-to-test` | allow FastCI to run this fork's head commit on its runners |
+| `/fastci ok-to-test [<sha>]` | run this fork's head (as you saw it, or `<sha>`) on the runners |
 | `/fastci help` | this message |
 """
 
@@ -53,6 +55,8 @@ def parse(body: str) -> Command:
         return Command("run-all", text=line)
     if verb in ("retest", "ok-to-test", "help") and not rest:
         return Command(verb, text=line)
+    if verb == "ok-to-test" and len(rest) == 1:
+        return Command(verb, rest[0], text=line)
     if verb == "explain" and len(rest) == 1:
         return Command("explain", rest[0], text=line)
     return Command("unknown", " ".join(words), text=line)
@@ -68,8 +72,26 @@ def may_command(repo, user: str) -> bool:
     return permission in WRITE
 
 
+COMMAND_CLAIM_TTL = 3600  # seconds a comment's command is held while it is handled
+
+
 def handle_command(ctx, work: Work) -> dict:
+    """Handle a comment's command once: a redelivery of the same comment (or a second job for
+    it) changes nothing and posts nothing."""
     command = parse(work.body or "")
+    claim = ctx.queues.key("comment", work.repo.lower(), str(work.comment_id), work.mode)
+    if not ctx.redis.set(claim, "handling", nx=True, ex=COMMAND_CLAIM_TTL):
+        return {"command": command.name, "duplicate": True}
+    try:
+        out = _handle(ctx, work, command)
+    except BaseException:
+        ctx.redis.delete(claim)  # not handled: a retry or redelivery may
+        raise
+    ctx.redis.set(claim, "handled", ex=SEEN_TTL)
+    return out
+
+
+def _handle(ctx, work: Work, command: Command) -> dict:
     issue = github.retrying(lambda: ctx.repo.get_issue(work.number))
     comment = github.retrying(lambda: issue.get_comment(work.comment_id))
     github.retrying(lambda: comment.create_reaction("eyes"))
@@ -93,11 +115,20 @@ def handle_command(ctx, work: Work) -> dict:
     pr = github.retrying(lambda: ctx.repo.get_pull(work.number))
     head, base = pr.head.sha, pr.base.sha
     if command.name == "ok-to-test":
-        ctx.redis.set(ctx.approved_key(work.repo, head), work.sender,
+        approved = _approved_head(ctx, work, command, pr, comment, reply)
+        if approved is None:
+            return {"command": command.name, "allowed": True, "approved": None}
+        ctx.redis.set(ctx.approved_key(work.repo, approved), work.sender,
                       ex=30 * 24 * 3600)
-        _rerun(ctx, work, head, base, pr, "select")
-        reply(f"approved `{head[:12]}` for testing on FastCI's runners; running it now. "
+        _rerun(ctx, work, approved, base, pr, "select")
+        reply(f"approved `{approved[:12]}` for testing on FastCI's runners; running it now. "
               "A new push needs a new `/fastci ok-to-test`.")
+        return {"command": command.name, "allowed": True, "approved": approved}
+    elif command.name in ("run-all", "retest") and _unapproved_fork(ctx, work, pr):
+        reply(f"this pull request comes from a fork, and its head `{head[:12]}` is not approved "
+              "for FastCI's runners, so nothing runs: a maintainer must review it and say "
+              f"`/fastci ok-to-test {head[:12]}` first, then `{command.text[:40]}` again.")
+        return {"command": command.name, "allowed": True, "ran": False}
     elif command.name == "run-all":
         _rerun(ctx, work, head, base, pr, RUN_ALL)
         reply(f"running every test on `{head[:12]}`.")
@@ -107,6 +138,46 @@ def handle_command(ctx, work: Work) -> dict:
     elif command.name == "explain":
         reply(explain(ctx, work, pr, command.argument))
     return {"command": command.name, "allowed": True}
+
+
+def _unapproved_fork(ctx, work: Work, pr) -> bool:
+    head_repo = pr.head.repo.full_name if pr.head.repo is not None else None
+    fork = head_repo is None or head_repo.lower() != work.repo.lower()
+    return fork and not ctx.redis.exists(ctx.approved_key(work.repo, pr.head.sha))
+
+
+SHA_PREFIX = re.compile(r"^[0-9a-f]{7,40}$")
+
+
+def _approved_head(ctx, work: Work, command: Command, pr, comment, reply) -> str | None:
+    """The commit an ok-to-test approves: the one it names, or the head when the comment was
+    written (by the pull request's events, as `Queues.head_at` keeps them); that commit
+    only if it is still the head. Else None, after a reply saying why and what to say."""
+    head = pr.head.sha
+    again = f"Review `{head[:12]}`, then say `/fastci ok-to-test {head[:12]}`."
+    if command.argument:
+        named = command.argument.lower()
+        if not SHA_PREFIX.match(named):
+            reply(f"`{command.argument[:60]}` is not a commit sha, so nothing was approved. "
+                  "Say `/fastci ok-to-test` or `/fastci ok-to-test <sha of the head you "
+                  "reviewed>`.")
+            return None
+        if not head.startswith(named):
+            reply(f"`{named[:12]}` is not this pull request's head, so nothing was approved: "
+                  f"the head is `{head[:12]}` now. {again}")
+            return None
+        return head
+    seen, later = ctx.queues.head_at(work.repo, work.number, comment.created_at.timestamp())
+    if seen is None:
+        reply("FastCI cannot tell which commit was this pull request's head when you wrote "
+              "that (it saw no push of it before your comment), so nothing was approved. "
+              + again)
+        return None
+    if later or seen != head:
+        reply(f"the head moved after your comment, so nothing was approved: you approved "
+              f"`{seen[:12]}`, and the head is now `{head[:12]}`. {again}")
+        return None
+    return seen
 
 
 def _rerun(ctx, work: Work, head: str, base: str, pr, mode: str) -> None:
@@ -131,7 +202,7 @@ def explain(ctx, work: Work, pr, test_id: str) -> str:
     head_repo = pr.head.repo.full_name if pr.head.repo is not None else None
     fork = head_repo is None or head_repo.lower() != work.repo.lower()
     if fork:
-        if not ctx.redis.exists(ctx.approved_key(work.repo, pr.head.sha)):
+        if _unapproved_fork(ctx, work, pr):
             return ("this pull request comes from a fork; FastCI explains its selection "
                     "after `/fastci ok-to-test`.")
     mirror = workspace.sync(ctx.settings.workspace, work.repo,

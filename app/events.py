@@ -43,6 +43,10 @@ class Work:
     body: str | None = None
     repos: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict)
+    updated_at: str | None = None
+    """A pull_request event's `pull_request.updated_at`: GitHub's time of the event, never
+    earlier than its head change, so it orders heads (queue.Queues.supersede). None for work
+    that carries no such order (check suites, commands): the job asks the API."""
 
     @property
     def fork(self) -> bool:
@@ -245,7 +249,7 @@ def _pull(payload: dict) -> Work | Ignored:
                 head_sha=_sha(pr["head"]["sha"], "pull_request.head.sha"),
                 base_sha=_sha(pr["base"]["sha"], "pull_request.base.sha"),
                 base_ref=pr["base"]["ref"], head_repo=head_repo or "(deleted fork)",
-                sender=payload["sender"]["login"])
+                sender=payload["sender"]["login"], updated_at=pr.get("updated_at"))
 
 
 def _push(payload: dict) -> Work | Ignored:

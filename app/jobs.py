@@ -107,7 +107,7 @@ def run_pull_request(ctx: Context, work: Work, delivery: str = "") -> dict:
     fork = head_repo is None or head_repo.lower() != work.repo.lower()
     head_sha, base_sha = work.head_sha or pr.head.sha, work.base_sha or pr.base.sha
     runs = github.CheckRuns(ctx.repo)
-    if _superseded(ctx, work, head_sha):
+    if _superseded(ctx, work, head_sha, pr):
         return {"status": "superseded", "head": head_sha}
     if fork and not ctx.redis.exists(ctx.approved_key(work.repo, head_sha)):
         runs.create(checks.SELECTION, head_sha, conclusion="action_required",
@@ -271,11 +271,18 @@ def _token(ctx: Context, work: Work) -> str | None:
     return ctx.token(work.installation_id)
 
 
-def _superseded(ctx: Context, work: Work, head_sha: str) -> bool:
+def _superseded(ctx: Context, work: Work, head_sha: str, pr=None) -> bool:
+    """Whether the pull request's current head is another: as its events ordered them, and,
+    given `pr` (the API's view), when that order is unknown, in doubt or names another head,
+    as the pull request itself says (which is then noted in Redis)."""
     if work.number is None:
         return False
     current = ctx.queues.current_head(work.repo, work.number)
-    return current is not None and current != head_sha
+    if current == head_sha or pr is None:
+        return current is not None and current != head_sha
+    if pr.head.sha != current:
+        ctx.queues.settle(work.repo, work.number, pr.head.sha, pr.updated_at.timestamp())
+    return pr.head.sha != head_sha
 
 
 def _base_settings(mirror: Path, base_sha: str) -> runner_config.Settings:

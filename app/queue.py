@@ -1,4 +1,4 @@
-"""Putting work on RQ queues: at most once per delivery, newest head wins.
+"""Putting work on RQ queues: at most once per delivery, the pull request's newest head wins.
 
 Queues: `<prefix>-cpu` (selection, publishing, commands), `<prefix>-gpu-<n>` (one per GPU,
 test shards), `<prefix>-background` (convergence and perf shards, taken by GPU workers only
@@ -18,12 +18,14 @@ import logging
 import time
 
 from redis import Redis
+from redis.exceptions import WatchError
 from rq import Queue
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from fastci.runner.errors import FastCIError
 
+from . import schema
 from .events import Work
 
 log = logging.getLogger("fastci.app")
@@ -125,35 +127,107 @@ class Queues:
             self.supersede(work, job.id)
         return job
 
-    # -- newest head wins ------------------------------------------------------------------------
+    # -- the pull request's head, in GitHub's order ------------------------------------------------
     def pr_key(self, repo: str, number: int) -> str:
         return self.key("pr", repo.lower(), str(number))
 
     def supersede(self, work: Work, job_id: str) -> list[str]:
-        """Make `work`'s head the pull request's current one; cancel queued jobs of older
-        heads. Returns the ids cancelled."""
+        """Note `work`'s job under its head. If its event is newer than any seen for the pull
+        request (by the payload's `pull_request.updated_at`, never by arrival or run order),
+        its head becomes the current one and queued jobs of other heads are cancelled. A late
+        or redelivered older event changes nothing; two heads at the same instant leave the
+        head in doubt, and work without an order changes nothing: their jobs ask the API
+        (`settle`). Returns the ids cancelled."""
         key = self.pr_key(work.repo, work.number)
-        previous = self.redis.hget(key, "head")
-        self.redis.hset(key, mapping={"head": work.head_sha, "at": time.time()})
         self.redis.rpush(key + ":jobs", json.dumps([work.head_sha, job_id]))
-        self.redis.expire(key, SEEN_TTL)
         self.redis.expire(key + ":jobs", SEEN_TTL)
+        try:
+            at = schema.timestamp(work.updated_at) if work.updated_at else None
+        except (ValueError, OverflowError):
+            at = None  # the webhook checked it; a job from elsewhere carries no order
+        if at is None:
+            return []
+        self._note_head(key, work.head_sha, at)
+        if not self._advance(key, work.head_sha, at, from_event=True):
+            return []
         cancelled = []
-        if previous is not None and previous.decode() != work.head_sha:
-            for raw in self.redis.lrange(key + ":jobs", 0, -1):
-                head, old_id = json.loads(raw)
-                if head == work.head_sha:
-                    continue
-                job = fetch(old_id, self.redis) if exists(old_id, self.redis) else None
-                if job is not None and job.get_status(refresh=True) in ("queued", "deferred",
-                                                                        "scheduled"):
-                    job.cancel()
-                    cancelled.append(old_id)
+        for raw in self.redis.lrange(key + ":jobs", 0, -1):
+            head, old_id = json.loads(raw)
+            if head == work.head_sha:
+                continue
+            job = fetch(old_id, self.redis) if exists(old_id, self.redis) else None
+            if job is not None and job.get_status(refresh=True) in ("queued", "deferred",
+                                                                    "scheduled"):
+                job.cancel()
+                cancelled.append(old_id)
         return cancelled
 
+    HEADS_KEPT = 100
+
+    def _note_head(self, key: str, head: str, at: float) -> None:
+        """The pull request's heads as its events showed them, by their time: what an
+        approval is checked against (head_at)."""
+        pipe = self.redis.pipeline()
+        pipe.zadd(key + ":heads", {json.dumps([head, at]): at})
+        pipe.zremrangebyrank(key + ":heads", 0, -self.HEADS_KEPT - 1)
+        pipe.expire(key + ":heads", SEEN_TTL)
+        pipe.execute()
+
+    def head_at(self, repo: str, number: int, when: float) -> tuple[str | None, list[str]]:
+        """The pull request's head at `when` by its events (None when no event before `when`
+        was seen, or two heads tie at the latest one), and the heads of events at or after
+        `when` (a push after a comment; one in the same second counts as after).
+
+        An event's `updated_at` is no earlier than its head change and no later than the
+        next change, so the head of the latest event before `when` was the head at `when`,
+        unless a later push's event has not arrived yet: callers compare with the API."""
+        entries = [(json.loads(raw)[0], score) for raw, score in self.redis.zrange(
+            self.pr_key(repo, number) + ":heads", 0, -1, withscores=True)]
+        before = [(head, score) for head, score in entries if score < when]
+        later = [head for head, score in entries if score >= when]
+        if not before:
+            return None, later
+        latest = max(score for _, score in before)
+        heads = {head for head, score in before if score == latest}
+        return (heads.pop() if len(heads) == 1 else None), later
+
+    def settle(self, repo: str, number: int, head: str, at: float) -> None:
+        """The head the API gave (at its `updated_at`) is current, unless an event newer than
+        that answer was seen meanwhile."""
+        self._advance(self.pr_key(repo, number), head, at, from_event=False)
+
+    def _advance(self, key: str, head: str, at: float, from_event: bool) -> bool:
+        """Make `head` current if `at` is later than the stored head's time (or the head is in
+        doubt and the API answers); True when it became current. Two different heads at the
+        same instant from events leave it in doubt. WATCH, not a script: the webhook's Redis
+        user may not run scripts."""
+        with self.redis.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(key)
+                    stored, when, doubt = pipe.hmget(key, "head", "updated", "doubt")
+                    stored_head = stored.decode() if stored else None
+                    when = float(when) if when is not None else None
+                    newer = when is None or at > when or (doubt and not from_event
+                                                          and at >= when)
+                    pipe.multi()
+                    if newer:
+                        pipe.hset(key, mapping={"head": head, "updated": at,
+                                                "at": time.time()})
+                        pipe.hdel(key, "doubt")
+                    elif from_event and at == when and head != stored_head:
+                        pipe.hset(key, "doubt", 1)
+                    pipe.expire(key, SEEN_TTL)
+                    pipe.execute()
+                    return newer
+                except WatchError:
+                    continue
+
     def current_head(self, repo: str, number: int) -> str | None:
-        value = self.redis.hget(self.pr_key(repo, number), "head")
-        return value.decode() if value else None
+        """The pull request's current head as its events ordered them; None when unknown or
+        in doubt (two heads at one instant): then only the API can say."""
+        head, doubt = self.redis.hmget(self.pr_key(repo, number), "head", "doubt")
+        return head.decode() if head and not doubt else None
 
     def counter(self, name: str, amount: int = 1) -> None:
         self.redis.incr(self.key("metrics", name), amount)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 MAX_ID = 2**63 - 1
@@ -61,6 +62,26 @@ def a_repo_name(value: Any) -> str | None:
     if problem is None and value.count("/") != 1:
         return f"must be 'owner/name', not {_describe(value)}"
     return problem
+
+
+def timestamp(value: str) -> float:
+    """GitHub's ISO 8601 time (``2019-05-15T15:20:33Z``) as seconds since the epoch; ValueError
+    when it is not one (a time without a zone is not: it would be read in local time)."""
+    parsed = datetime.fromisoformat(value)
+    if parsed.tzinfo is None:
+        raise ValueError(f"{value!r} has no time zone")
+    return parsed.timestamp()
+
+
+def a_timestamp(value: Any) -> str | None:
+    problem = text(value)
+    if problem is not None:
+        return problem
+    try:
+        timestamp(value)
+    except (ValueError, OverflowError):
+        return f"must be an ISO 8601 time with a zone, not {_describe(value)}"
+    return None
 
 
 def a_flag(value: Any) -> str | None:
@@ -143,7 +164,7 @@ def pull_request(payload: dict) -> list[str]:
         "pull_request.head": an_object, "pull_request.head.sha": a_sha,
         "pull_request.head.repo?": an_object, "pull_request.head.repo.full_name?": text,
         "pull_request.base": an_object, "pull_request.base.sha": a_sha,
-        "pull_request.base.ref": text})
+        "pull_request.base.ref": text, "pull_request.updated_at?": a_timestamp})
 
 
 def push(payload: dict) -> list[str]:

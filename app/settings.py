@@ -76,6 +76,12 @@ class AppSettings:
     branch's newest), as `fastci gc --keep-days` does."""
     gc_interval_hours: float = 24.0
     """FASTCI_GC_INTERVAL_HOURS: how often the watchdogs (together) run gc; 0: never."""
+    redelivery_attempts: int = 5
+    """FASTCI_REDELIVERY_ATTEMPTS: how many times the watchdog asks GitHub to redeliver one
+    failed delivery before it gives up (and records that it did)."""
+    redelivery_backoff: float = 60.0
+    """FASTCI_REDELIVERY_BACKOFF_S: seconds before the second ask; each later one waits twice
+    as long as the one before."""
 
     @property
     def store_path(self) -> Path | str:
@@ -149,6 +155,10 @@ def load(environ: dict | None = None) -> AppSettings:
         retention_days=_float(env, "FASTCI_RETENTION_DAYS", AppSettings.retention_days),
         gc_interval_hours=_float(env, "FASTCI_GC_INTERVAL_HOURS",
                                  AppSettings.gc_interval_hours),
+        redelivery_attempts=_int(env, "FASTCI_REDELIVERY_ATTEMPTS",
+                                 AppSettings.redelivery_attempts),
+        redelivery_backoff=_float(env, "FASTCI_REDELIVERY_BACKOFF_S",
+                                  AppSettings.redelivery_backoff),
     )
 
 

@@ -182,7 +182,41 @@ def cmd_audit(args) -> int:
         text = f"in the last {args.since_days:g} days" if args.since_days is not None \
             else "in the store"
         print(audit_table(entries, text))
+        given_up = _given_up_deliveries(since)
+        if given_up is not None:
+            print(given_up)
     return EXIT_FAILED if any(e["missed"] for e in entries) else EXIT_OK
+
+
+def _given_up_deliveries(since: float) -> str | None:
+    """On the App's host (FASTCI_REDIS_URL set): the webhook deliveries the watchdog gave up
+    redelivering, as lines; None elsewhere."""
+    if not os.environ.get("FASTCI_REDIS_URL"):
+        return None
+    import datetime  # noqa: PLC0415
+
+    from redis import Redis  # noqa: PLC0415
+    from redis.exceptions import RedisError  # noqa: PLC0415
+
+    from fastci.app.settings import load  # noqa: PLC0415
+    from fastci.app.watchdog import given_up  # noqa: PLC0415
+
+    settings = load()
+    try:
+        records = given_up(Redis.from_url(settings.redis_url, socket_connect_timeout=2),
+                           settings.queue_prefix, since)
+    except RedisError as exc:
+        return f"\n(could not read the watchdog's records from Redis: {type(exc).__name__})"
+    if not records:
+        return "\nthe watchdog gave up redelivering no webhook delivery"
+    lines = [f"\nthe watchdog gave up redelivering {len(records)} webhook delivery(ies) "
+             "(GitHub's Advanced tab of the App lists them):"]
+    for r in records:
+        when = datetime.datetime.fromtimestamp(r["at"]).strftime("%Y-%m-%d %H:%M")
+        event = f"{r.get('event')}" + (f".{r['action']}" if r.get("action") else "")
+        lines.append(f"    {when}  {r['guid']}  {event}  answered {r.get('status_code')}, "
+                     f"asked {r.get('asked')} time(s)")
+    return "\n".join(lines)
 
 
 def cmd_gc(args) -> int:

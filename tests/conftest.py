@@ -235,19 +235,100 @@ def library(project) -> Project:
     return project
 
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
+# The Redis the tests use: FASTCI_TEST_REDIS_URL, else the usual one on 127.0.0.1:6379. When it
+# does not answer, the first test that needs Redis starts a private redis-server (no
+# persistence, a free port, its own folder) for the rest of the session; without
+# redis-server those tests skip, each with one line saying why.
+REDIS_ENV = "FASTCI_TEST_REDIS_URL"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+class _PrivateRedis:
+    """A redis-server this session started; stopped at the session's end (pytest_sessionfinish,
+    and at exit should the session die first)."""
+
+    def __init__(self) -> None:
+        import atexit  # noqa: PLC0415
+        import socket  # noqa: PLC0415
+        import tempfile  # noqa: PLC0415
+        import time  # noqa: PLC0415
+
+        self.folder = tempfile.mkdtemp(prefix="fastci-test-redis-")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self.folder],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        atexit.register(self.stop)
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        deadline = time.monotonic() + 10
+        while not _answers(self.url):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"redis-server did not start on port {self.port}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        import shutil  # noqa: PLC0415
+
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _answers(url: str) -> bool:
+    import redis as redis_lib  # noqa: PLC0415
+
+    try:
+        return bool(redis_lib.Redis.from_url(url, socket_connect_timeout=0.5,
+                                             socket_timeout=2).ping())
+    except redis_lib.exceptions.RedisError:
+        return False
+
+
+_redis: dict = {}  # "url" once one answers, or "skip": why there is none; "private": the server
+
+
+def redis_url() -> str:
+    """The URL of a Redis that answers, or a skip that says why there is none."""
+    import shutil  # noqa: PLC0415
+
+    if "url" not in _redis and "skip" not in _redis:
+        wanted = os.environ.get(REDIS_ENV) or DEFAULT_REDIS_URL
+        if _answers(wanted):
+            _redis["url"] = wanted
+        elif shutil.which("redis-server") is None:
+            _redis["skip"] = (f"no Redis answers at {wanted} and redis-server is not installed "
+                              f"(install it, or point {REDIS_ENV} at one)")
+        else:
+            try:
+                _redis["private"] = _PrivateRedis()
+                _redis["url"] = _redis["private"].url
+            except (OSError, RuntimeError) as exc:
+                _redis["skip"] = f"no Redis answers at {wanted}, and starting one failed: {exc}"
+    if "skip" in _redis:
+        pytest.skip(_redis["skip"])
+    return _redis["url"]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    private = _redis.pop("private", None)
+    if private is not None:
+        private.stop()
 
 
 def redis_or_skip():
-    """A client of the Redis on 127.0.0.1:6379, or a skip that says why."""
+    """A client of the tests' Redis (redis_url), or a skip that says why there is none."""
     import redis as redis_lib  # noqa: PLC0415
 
-    client = redis_lib.Redis.from_url(REDIS_URL)
-    try:
-        client.ping()
-    except redis_lib.exceptions.ConnectionError:
-        pytest.skip("no Redis on 127.0.0.1:6379 (.ci/run starts one)")
-    return client
+    return redis_lib.Redis.from_url(redis_url())
 
 
 @pytest.fixture

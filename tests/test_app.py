@@ -285,6 +285,7 @@ def test_a_newer_push_cancels_the_older_heads_queued_work(service):
     payload = json.loads(payload_bytes("pull_request", "synchronize.json"))
     first = post(url, "pull_request", json.dumps(payload).encode())
     payload["pull_request"]["head"]["sha"] = "1" * 40
+    payload["pull_request"]["updated_at"] = "2024-01-02T10:07:00Z"  # a later push
     second = post(url, "pull_request", json.dumps(payload).encode())
     assert first.status_code == second.status_code == 202
     from fastci.app.queue import fetch

@@ -10,6 +10,7 @@ change then gets its selection, regressions and background check runs.
 from __future__ import annotations
 
 import pytest
+from conftest import redis_url
 
 pytestmark = pytest.mark.slow
 
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.slow
 def test_a_pull_request_gets_its_check_runs(tmp_path, redis):
     from fastci.demo_app import AppLoop
 
-    with AppLoop(tmp_path, "rope_bug") as loop:
+    with AppLoop(tmp_path, "rope_bug", redis_url=redis_url()) as loop:
         assert loop.push_main().status_code == 202
         loop.wait(loop.has_evidence, 300, "evidence for the base")
         answer = loop.open_pull_request()

@@ -14,7 +14,7 @@ import time
 import uuid
 
 import pytest
-from conftest import app_key_file, app_remote, artifact_service, redis_or_skip
+from conftest import app_key_file, app_remote, artifact_service, redis_or_skip, redis_url
 from fakegithub import FakeGitHub
 
 from fastci.app import jobs, watchdog
@@ -50,7 +50,7 @@ def world(tmp_path, monkeypatch):
     env = {"FASTCI_APP_ID": str(APP_ID), "FASTCI_APP_PRIVATE_KEY_FILE": str(key_file),
            "FASTCI_WORKSPACE": str(workspace), "FASTCI_QUEUE_PREFIX": prefix,
            "FASTCI_CLONE_URL": str(tmp_path / "remote") + "/{repo}",
-           "FASTCI_REDIS_URL": "redis://127.0.0.1:6379/0"}
+           "FASTCI_REDIS_URL": redis_url()}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     with FakeGitHub() as fake, artifact_service(monkeypatch):

@@ -13,7 +13,7 @@ import uuid
 from dataclasses import replace
 
 import pytest
-from conftest import REDIS_URL, Project
+from conftest import Project, redis_url
 from test_store import snapshot
 
 from fastci.runner.errors import EXIT_STORE, EXIT_USAGE
@@ -106,7 +106,7 @@ def test_an_unknown_store_is_a_store_error(project: Project, tmp_path):
 def test_gc_through_a_redis_store(aged, redis):
     project, shas = aged
     prefix = f"fastci-test-gc-{uuid.uuid4().hex[:8]}"
-    location = f"{REDIS_URL}?prefix={prefix}"
+    location = f"{redis_url()}?prefix={prefix}"
     try:
         with open_store(location) as store:
             for sha in shas.values():

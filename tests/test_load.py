@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 import requests
-from conftest import payload_path, redis_or_skip
+from conftest import payload_path, redis_or_skip, redis_url
 
 from fastci.app.signature import sign
 
@@ -37,7 +37,7 @@ def test_the_service_holds_200_deliveries_a_second_losing_none(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "FASTCI_WEBHOOK_SECRET": SECRET, "FASTCI_QUEUE_PREFIX": prefix,
-           "FASTCI_WORKSPACE": str(tmp_path)}
+           "FASTCI_WORKSPACE": str(tmp_path), "FASTCI_REDIS_URL": redis_url()}
     log = open(tmp_path / "serve.log", "w")
     server = subprocess.Popen([sys.executable, "-m", "fastci", "serve", "--bind",
                                f"127.0.0.1:{port}", "--workers", "2"], env=env, stdout=log,

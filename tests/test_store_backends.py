@@ -1,8 +1,8 @@
 """One contract, two stores: SQLite (a laptop) and Redis (a fleet's shared store) answer alike.
 
 Every contract test takes `store`, a fixture that yields each backend in turn, and uses it
-only through the `EvidenceStore` Protocol. The Redis case runs on the real Redis at
-127.0.0.1:6379 under a key prefix of its own, flushed before and after (the server is shared
+only through the `EvidenceStore` Protocol. The Redis case runs on the tests' real Redis
+(conftest.redis_url) under a key prefix of its own, flushed before and after (the server is shared
 with other test runs, so the test flushes its own keys, never the whole database), and
 skips with one line when there is no Redis.
 
@@ -21,7 +21,7 @@ from dataclasses import replace
 
 import pytest
 import redis as redis_lib
-from conftest import REDIS_URL as REDIS
+from conftest import redis_url
 from test_store import snapshot
 
 from fastci.runner.analysis.blocks import parse_blocks
@@ -57,7 +57,7 @@ def prefix(redis):
 def location(request, tmp_path):
     if request.param == "sqlite":
         return tmp_path / "e.db"
-    return f"{REDIS}?prefix={request.getfixturevalue('prefix')}"
+    return f"{redis_url()}?prefix={request.getfixturevalue('prefix')}"
 
 
 @pytest.fixture(params=["sqlite", "redis"])
@@ -66,7 +66,7 @@ def store(request, tmp_path):
     if request.param == "sqlite":
         opened = SqliteEvidenceStore(tmp_path / "e.db")
     else:
-        opened = RedisEvidenceStore(f"{REDIS}?prefix={request.getfixturevalue('prefix')}")
+        opened = RedisEvidenceStore(f"{redis_url()}?prefix={request.getfixturevalue('prefix')}")
     with opened:
         yield opened
 
@@ -305,7 +305,7 @@ def test_a_snapshot_saved_during_gc_keeps_its_parts(store: EvidenceStore, tmp_pa
     delete (c's tree, evidence and capture): it must come out whole."""
     snaps, retention, _ = _gc_world(store, tmp_path)
     location = (store.path if isinstance(store, SqliteEvidenceStore)
-                else f"{REDIS}?prefix={request.getfixturevalue('prefix')}")
+                else f"{redis_url()}?prefix={request.getfixturevalue('prefix')}")
     late = replace(snaps["c"], commit="e", created_at=NOW)
     writer = threading.Thread(target=lambda: _save_elsewhere(location, late))
 
@@ -345,7 +345,7 @@ def test_an_empty_store_read_without_create_is_a_clear_error(location):
 def _set_version(location, version: int) -> None:
     """Mark the store at `location` as written by another schema version, from outside."""
     if str(location).startswith("redis://"):
-        client = redis_lib.Redis.from_url(REDIS)
+        client = redis_lib.Redis.from_url(redis_url())
         client.set(f"{str(location).split('prefix=')[1]}:schema_version", version)
         client.close()
     else:
@@ -357,7 +357,7 @@ def _set_version(location, version: int) -> None:
 
 def _kept_aside(location) -> list:
     if str(location).startswith("redis://"):
-        client = redis_lib.Redis.from_url(REDIS)
+        client = redis_lib.Redis.from_url(redis_url())
         kept = list(client.scan_iter(f"{str(location).split('prefix=')[1]}.v*"))
         client.close()
         return kept
@@ -396,7 +396,7 @@ def test_an_older_schema_is_kept_aside_and_started_empty(location, capsys):
 
 
 def test_redis_keeps_an_older_version_under_its_own_prefix(prefix, redis):
-    url = f"{REDIS}?prefix={prefix}"
+    url = f"{redis_url()}?prefix={prefix}"
     with RedisEvidenceStore(url) as store:
         store.save_snapshot(snapshot())
         store.add_history("c1", "env", snapshot().tests.values())
@@ -436,11 +436,11 @@ def test_an_unreachable_redis_store_is_a_clear_error():
 
 def test_an_empty_redis_store_read_without_create_is_a_clear_error(prefix):
     with pytest.raises(StoreError, match="no FastCI evidence"):
-        RedisEvidenceStore(f"{REDIS}?prefix={prefix}", create=False)
+        RedisEvidenceStore(f"{redis_url()}?prefix={prefix}", create=False)
 
 
 def test_the_cli_records_and_selects_through_a_redis_store(library, prefix):
-    url = f"{REDIS}?prefix={prefix}"
+    url = f"{redis_url()}?prefix={prefix}"
     library.fastci("record", "-q", "--store", url, "--", "-q", "-p", "no:cacheprovider")
     library.edit("calc/norms.py", "return", "return  ")  # formatting only
     plain = library.select("--store", str(library.root / ".fastci" / "evidence.db"))

@@ -463,7 +463,7 @@ _ROUTES = Map([
 class FakeGitHub:
     """GitHub's REST API for one test: a werkzeug server on 127.0.0.1, a random port.
 
-    Set up with ``register_app``, ``add_repo``, ``add_pull``, ``add_comment``,
+    Set up with ``register_app``, ``add_repo``, ``add_pull``, ``push``, ``add_comment``,
     ``set_permission``, ``add_delivery``; inspect with ``check_runs``, ``comments``,
     ``reactions``, ``redeliveries``, ``requests`` and ``attempts``; break with ``fail_next``
     and ``rate_limit_next``; move GitHub's clock with ``advance``.
@@ -559,6 +559,13 @@ class FakeGitHub:
                 "user": user, "author_association": author_association, "title": title,
                 "body": body, "created_at": iso(self._now())}
 
+    def push(self, repo: str, number: int, head_sha: str) -> None:
+        """A push (or force-push) to the pull request's head branch: its head becomes
+        ``head_sha`` now, and its ``updated_at`` moves with it."""
+        with self._lock:
+            pull = self._repos[repo.lower()].pulls[number]
+            pull.update(head_sha=head_sha, updated_at=iso(self._now()))
+
     def add_comment(self, repo: str, number: int, body: str, *, user: str = "octocat",
                     author_association: str = "CONTRIBUTOR") -> int:
         """A comment a person wrote (e.g. a slash command); returns its id."""
@@ -579,17 +586,19 @@ class FakeGitHub:
 
     def add_delivery(self, guid: str, event: str, *, action: str | None = None,
                      status_code: int = 200, installation_id: int | None = None,
-                     repository_id: int | None = None) -> int:
+                     repository_id: int | None = None, redelivery: bool = False) -> int:
         """A webhook delivery GitHub made to the App (as GET /app/hook/deliveries lists it).
 
         Derived shape: the replay holds no delivery; these are GitHub's documented fields, the
-        ones PyGithub's HookDeliverySummary parses.
+        ones PyGithub's HookDeliverySummary parses. ``redelivery=True``: GitHub's later
+        attempt at an earlier delivery, listed with the same ``guid``. The list is newest
+        first, paged by ``Link`` headers.
         """
         with self._lock:
             delivery_id = next(self._ids)
             self._deliveries.append({
                 "id": delivery_id, "guid": guid, "delivered_at": iso(self._now()),
-                "redelivery": False, "duration": 0.05,
+                "redelivery": redelivery, "duration": 0.05,
                 "status": "OK" if status_code < 300 else f"Invalid HTTP Response: {status_code}",
                 "status_code": status_code, "event": event, "action": action,
                 "installation_id": installation_id, "repository_id": repository_id,
@@ -1166,7 +1175,8 @@ class FakeGitHub:
             diff_url=f"{html_url}.diff", patch_url=f"{html_url}.patch", issue_url=issue_url,
             number=number, state="open", title=pull["title"], body=pull["body"],
             user=self._user_json(pull["user"]), created_at=pull["created_at"],
-            updated_at=pull["created_at"], assignees=[], requested_reviewers=[], labels=[],
+            updated_at=pull.get("updated_at", pull["created_at"]), assignees=[],
+            requested_reviewers=[], labels=[],
             commits_url=f"{url}/commits", review_comments_url=f"{url}/comments",
             review_comment_url=f"{repo_json['url']}/pulls/comments{{/number}}",
             comments_url=f"{issue_url}/comments",
@@ -1203,7 +1213,7 @@ class FakeGitHub:
             title=pull["title"], body=pull["body"], user=pull_json["user"], labels=[],
             assignee=None, assignees=[], state="open",
             comments=len(self.comments(repo.full_name, number)),
-            created_at=pull["created_at"], updated_at=pull["created_at"],
+            created_at=pull["created_at"], updated_at=pull_json["updated_at"],
             author_association=pull["author_association"])
         body["pull_request"] = {key: pull_json[key]
                                 for key in ("url", "html_url", "diff_url", "patch_url")}

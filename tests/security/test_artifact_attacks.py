@@ -23,7 +23,14 @@ from urllib.parse import quote
 
 import pytest
 import requests
-from conftest import Project, app_key_file, app_remote, artifact_service, redis_or_skip
+from conftest import (
+    Project,
+    app_key_file,
+    app_remote,
+    artifact_service,
+    redis_or_skip,
+    redis_url,
+)
 from fakegithub import FakeGitHub
 
 from fastci.app import artifacts, jobs, workspace
@@ -252,7 +259,7 @@ def pulled(tmp_path, monkeypatch):
                         "FASTCI_APP_PRIVATE_KEY_FILE": str(key_file),
                         "FASTCI_WORKSPACE": str(space), "FASTCI_QUEUE_PREFIX": prefix,
                         "FASTCI_CLONE_URL": str(tmp_path / "remote") + "/{repo}",
-                        "FASTCI_REDIS_URL": "redis://127.0.0.1:6379/0",
+                        "FASTCI_REDIS_URL": redis_url(),
                         "FASTCI_WEBHOOK_SECRET": "webhook-" + uuid.uuid4().hex}.items():
         monkeypatch.setenv(name, value)
     worker = None

@@ -20,7 +20,7 @@ import uuid
 
 import pytest
 from attack_world import github_with_pull, selection_side
-from conftest import Project, app_key_file, redis_or_skip
+from conftest import Project, app_key_file, redis_or_skip, redis_url
 
 from fastci.app import jobs
 from fastci.app.events import Work
@@ -93,7 +93,7 @@ def forged(tmp_path, monkeypatch, request):
     head = remote.commit("a change, and a forger")
     keys, key = app_key_file(tmp_path)
     prefix = f"fastci-forge-{uuid.uuid4().hex[:8]}"
-    selection_side(monkeypatch, tmp_path, key, workspace, prefix, "redis://127.0.0.1:6379/0",
+    selection_side(monkeypatch, tmp_path, key, workspace, prefix, redis_url(),
                    APP_ID)
     worker = None
     try:

@@ -10,7 +10,7 @@ import sys
 import uuid
 
 import pytest
-from conftest import redis_or_skip
+from conftest import redis_or_skip, redis_url
 from rq import Callback, Queue
 from rq.serializers import JSONSerializer
 
@@ -44,7 +44,7 @@ def test_jobs_from_anyone_else_are_refused_and_logged(gpu_queue, tmp_path):
     log = tmp_path / "worker.log"
     subprocess.run([sys.executable, "-m", "fastci", "worker", "--gpu", "0", "--burst"],
                    env={**os.environ, "FASTCI_QUEUE_PREFIX": prefix,
-                        "FASTCI_REDIS_URL": "redis://127.0.0.1:6379/0",
+                        "FASTCI_REDIS_URL": redis_url(),
                         "FASTCI_RUNNER_DIR": str(tmp_path / "runner")},
                    stdout=open(log, "w"), stderr=subprocess.STDOUT, timeout=120, check=True)
     text = log.read_text()

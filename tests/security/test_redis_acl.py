@@ -46,8 +46,11 @@ def test_each_role_reaches_only_its_own_keys(server):
     selection, web, runner = (client(server, u) for u in ("selection", "web", "runner"))
     with open_store(f"redis://selection:{PASSWORD}-selection@127.0.0.1:{server.port}/0"):
         pass  # the selection worker writes the store
-    work = Work("pull_request", "octo/x", 1, number=2, head_sha="a" * 40, base_sha="b" * 40)
-    Queues(web, "fastci").enqueue(work, "delivery-1")  # the webhook enqueues
+    work = Work("pull_request", "octo/x", 1, number=2, head_sha="a" * 40, base_sha="b" * 40,
+                updated_at="2024-01-02T10:00:00Z")
+    Queues(web, "fastci").enqueue(work, "delivery-1")  # the webhook enqueues, keeping heads
+    assert Queues(web, "fastci").current_head("octo/x", 2) == "a" * 40
+    assert Queues(web, "fastci").head_at("octo/x", 2, 2e9) == ("a" * 40, [])
     assert queue("fastci-cpu", selection).count == 1
     queue("fastci-gpu-0", selection).enqueue("fastci.runner.execution.shard.pause", 0,
                                              job_id="fastci-shard-1")
