@@ -15,7 +15,9 @@ from dataclasses import dataclass, replace
 from github import GithubException
 
 from . import github, markdown
+from .context import installation_token
 from .events import EDITED, RUN_ALL, Work, command_line
+from .planning import base_settings
 from .queue import SEEN_TTL
 
 WRITE = ("admin", "maintain", "write")
@@ -197,7 +199,6 @@ def explain(ctx, work: Work, pr, test_id: str) -> str:
     from fastci.runner.selection.explain import explain as render  # noqa: PLC0415
 
     from . import workspace  # noqa: PLC0415
-    from .jobs import _base_settings, _token  # noqa: PLC0415
 
     head_repo = pr.head.repo.full_name if pr.head.repo is not None else None
     fork = head_repo is None or head_repo.lower() != work.repo.lower()
@@ -208,11 +209,12 @@ def explain(ctx, work: Work, pr, test_id: str) -> str:
     mirror = workspace.sync(ctx.settings.workspace, work.repo,
                             ctx.settings.clone_url.format(repo=work.repo),
                             [pr.base.sha, pr.head.sha], number=work.number,
-                            token=_token(ctx, work))
+                            token=installation_token(ctx, work))
     with workspace.worktree(mirror, pr.head.sha) as tree:
         engine = Engine(tree, ctx.settings.store_path,
-                        settings=_base_settings(mirror, pr.base.sha))
-        # No pruning: it would replay the change's code next to the App's key.
+                        settings=base_settings(mirror, pr.base.sha))
+        # No pruning here: its replays would wait for a runner; the reply says what the
+        # selection found, and the selection check run shows what pruning did.
         planned = engine.plan(base=pr.base.sha, head=WORKTREE, prune=False)
     selection = replace(planned.selection, head=pr.head.sha)  # planned on its worktree
     ids = [d.test_id for d in selection.decisions]

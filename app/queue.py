@@ -33,7 +33,8 @@ log = logging.getLogger("fastci.app")
 # The only functions a FastCI worker runs: job name -> (module, attribute).
 JOBS = {
     "fastci.app.jobs.handle": ("fastci.app.jobs", "handle"),
-    "fastci.app.jobs.follow_background": ("fastci.app.jobs", "follow_background"),
+    "fastci.app.background.follow_background": ("fastci.app.background",
+                                                "follow_background"),
     "fastci.runner.execution.shard.run_shard": ("fastci.runner.execution.shard", "run_shard"),
     "fastci.runner.execution.shard.pause": ("fastci.runner.execution.shard", "pause"),
     "fastci.runner.execution.replays.run_replays": ("fastci.runner.execution.replays",

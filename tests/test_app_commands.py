@@ -14,6 +14,7 @@ from fakegithub import FakeGitHub, iso
 from fastci.app import events, jobs
 from fastci.app.events import EDITED, Work
 from fastci.app.queue import Queues, queue
+from fastci.app.settings import load
 
 REPO, INSTALLATION, APP_ID, NUMBER = "octo/calc", 41, 5150, 3
 
@@ -83,7 +84,7 @@ def test_a_fork_waits_for_ok_to_test_from_a_writer(world):
     [run] = fake.check_runs(REPO)
     assert run["conclusion"] == "action_required"
     assert "/fastci ok-to-test" in run["output"]["summary"]
-    assert not (jobs.load().workspace / "mirrors").exists()  # its code was never fetched
+    assert not (load().workspace / "mirrors").exists()  # its code was never fetched
 
     # The fork's author cannot approve itself.
     work, comment = command(fake, "/fastci ok-to-test", "mallory")

@@ -18,7 +18,10 @@ from conftest import app_key_file, app_remote, artifact_service, redis_or_skip, 
 from fakegithub import FakeGitHub
 
 from fastci.app import jobs, watchdog
+from fastci.app.context import Context
 from fastci.app.events import Work
+from fastci.app.queue import Queues
+from fastci.app.runs import watch
 from fastci.app.settings import load
 
 REPO, INSTALLATION, APP_ID, NUMBER = "octo/slow", 52, 6262, 9
@@ -166,8 +169,8 @@ def test_the_watchdog_concludes_runs_left_open_and_redelivers_lost_deliveries(wo
     gi = github.integration(settings)
     repo = github.for_installation(gi, INSTALLATION).get_repo(REPO)
     run = github.CheckRuns(repo).create("FastCI regressions", head)
-    ctx = jobs.Context(settings, client, jobs.Queues(client, prefix), None, repo)
-    jobs.watch(ctx, pull(head, base), run, seconds=-1)  # already past its deadline
+    ctx = Context(settings, client, Queues(client, prefix), None, repo)
+    watch(ctx, pull(head, base), run, seconds=-1)  # already past its deadline
     assert watchdog.conclude_stale_runs(settings, client, gi) == [run.id]
     [served] = fake.check_runs(REPO)
     assert served["conclusion"] == "timed_out" and "/fastci retest" in \

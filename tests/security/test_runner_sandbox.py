@@ -30,6 +30,7 @@ from attack_world import (
 from fastci.app import jobs
 from fastci.app.events import Work
 from fastci.app.queue import queue
+from fastci.app.settings import load
 
 pytestmark = pytest.mark.slow
 
@@ -100,7 +101,7 @@ def test_a_hostile_pull_request_reaches_nothing_and_still_reports_its_tests(worl
     assert again["status"] == "completed" and again["failed"] == 0
     from fastci.app import workspace
 
-    workspace.sync(jobs.load().workspace, REPO, str(jobs.load().clone_url).format(repo=REPO),
+    workspace.sync(load().workspace, REPO, str(load().clone_url).format(repo=REPO),
                    [head], number=NUMBER)
     assert not marker.exists()
     assert not list(runner.dir.iterdir())  # the job's folder, checkout and scratch are gone
