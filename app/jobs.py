@@ -39,7 +39,7 @@ from fastci.runner.git import WORKTREE
 from fastci.runner.selection.report import Decision, RunReport, TestResult
 from fastci.runner.store import EvidenceStore, SqliteEvidenceStore, StoreError
 
-from . import artifacts, checks, github, workspace
+from . import artifacts, checks, github, metrics, workspace
 from .events import RERUN_FAILED, RUN_ALL, Work
 from .queue import SEEN_TTL, Queues, fetch, queue
 from .replays import RunnerReplayer
@@ -216,6 +216,10 @@ def run_pull_request(ctx: Context, work: Work, delivery: str = "") -> dict:
         runs.update(regressions, output=final, conclusion=checks.conclusion(results),
                     actions=checks.ACTIONS)
         unwatch(ctx, regressions)
+        ran = {d.test_id for d in chosen}
+        metrics.add_gpu_seconds(ctx.redis, ctx.settings.queue_prefix, saved=sum(
+            d.expected_seconds for d in selection.decisions if d.test_id not in ran),
+            ran=sum(r.duration for r in results))
     return {"status": "completed", "head": head_sha, "selected": len(chosen),
             "failed": sum(r.outcome in ("failed", "error") for r in results)}
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import re
 import time
 
 from redis import Redis
@@ -24,6 +25,7 @@ from rq.serializers import JSONSerializer
 
 from fastci.runner.errors import FastCIError
 
+from . import metrics
 from .events import Work
 
 log = logging.getLogger("fastci.app")
@@ -37,6 +39,9 @@ JOBS = {
     "fastci.runner.execution.replays.run_replays": ("fastci.runner.execution.replays",
                                                     "run_replays"),
 }
+
+
+QUEUE_SUFFIX = re.compile(r"-(cpu|background|gpu-\d+)$")  # a queue name, less its prefix
 
 
 class UnknownJob(FastCIError):
@@ -58,6 +63,13 @@ class FastCIJob(Job):
             raise UnknownJob(f"refused: {str(name)[:100]!r} is not a FastCI job")
         module, attribute = JOBS[name]
         return getattr(importlib.import_module(module), attribute)
+
+    def perform(self):
+        """Runs the job, timed: its duration goes to /metrics by kind (`metrics.py`)."""
+        prefix = QUEUE_SUFFIX.sub("", self.origin or "") or "fastci"
+        with metrics.timed_job(self.connection, prefix, metrics.job_kind(
+                str(self.func_name), self.args if self.instance is None else ())):
+            return super().perform()
 
     def restore(self, raw_data):
         """Callbacks and webhooks would be imported or called by name: FastCI sets none,
@@ -154,6 +166,3 @@ class Queues:
     def current_head(self, repo: str, number: int) -> str | None:
         value = self.redis.hget(self.pr_key(repo, number), "head")
         return value.decode() if value else None
-
-    def counter(self, name: str, amount: int = 1) -> None:
-        self.redis.incr(self.key("metrics", name), amount)

@@ -24,7 +24,7 @@ from fastci.runner.errors import FastCIError
 from fastci.runner.store import open_store
 from fastci.runner.store.retention import Retention, branch_histories
 
-from . import github
+from . import github, metrics
 from .queue import Queues
 from .settings import AppSettings, load
 
@@ -53,6 +53,7 @@ def conclude_stale_runs(settings: AppSettings, redis: Redis, gi=None, now: float
                 github.CheckRuns(repo).update(run, conclusion="timed_out", output=(
                     github.CheckRunOutput(f"Timed out: {entry['name']}", TIMED_OUT)))
                 done.append(entry["id"])
+                metrics.count_watchdog(redis, settings.queue_prefix, "concluded_stale_run")
         except GithubException as exc:
             if exc.status not in (404, 410):  # gone: nothing to conclude
                 log.warning("could not conclude check run %s: %s", entry["id"], exc.status)
@@ -81,6 +82,7 @@ def redeliver_failed(settings: AppSettings, redis: Redis, gi=None, now: float | 
         github.retrying(lambda d=delivery: gi.requester.requestJsonAndCheck(
             "POST", f"/app/hook/deliveries/{d['id']}/attempts"))
         asked.append(delivery["id"])
+        metrics.count_watchdog(redis, settings.queue_prefix, "redelivery_requested")
         log.info("asked GitHub to redeliver %s (%s)", delivery["guid"], delivery.get("event"))
     return asked
 
@@ -114,7 +116,9 @@ def collect_garbage(settings: AppSettings, redis: Redis, now: float | None = Non
     except FastCIError as exc:
         log.warning("gc failed, trying again in %d s: %s", GC_RETRY, exc)
         redis.expire(marker, int(GC_RETRY))
+        metrics.count_watchdog(redis, settings.queue_prefix, "gc_failed")
         return None
+    metrics.count_watchdog(redis, settings.queue_prefix, "gc_ran")
     log.info("gc: deleted %d item(s), %d bytes freed", report.deleted, report.bytes)
     return report.to_json()
 
