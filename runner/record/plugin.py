@@ -228,6 +228,11 @@ class _Session:
         try:
             with open_store(store_path) as store:
                 recording = self.recorder.finish(store)
+                from fastci.runner.selection.scope import (  # noqa: PLC0415 (start-up)
+                    from_pytest,
+                )
+
+                recording.scope = from_pytest(self.config, self.recorder.repo.root).to_json()
                 if out:
                     data = recording_to_json(recording, self.failures)
                     data["collected"] = self.collected

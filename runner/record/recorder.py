@@ -77,12 +77,13 @@ class Recording:
     started_at: float = 0.0
     finished_at: float = 0.0
     order: list[str] = field(default_factory=list)
+    scope: dict = field(default_factory=dict)  # the session's pytest arguments (scope.py)
 
     def snapshot(self, commit: str, source: str) -> Snapshot:
         return Snapshot(commit=commit, environment=self.environment, tree=self.tree,
                         tests=self.tests, import_time=self.import_time,
                         session_files=self.session_files, created_at=time.time(),
-                        source=source)
+                        source=source, scope=self.scope)
 
 
 class Recorder:
@@ -605,6 +606,7 @@ def recording_to_json(rec: Recording, failures: dict[str, dict]) -> dict:
         "import_time": rec.import_time, "session_files": rec.session_files,
         "first_failure_at": rec.first_failure_at, "started_at": rec.started_at,
         "finished_at": rec.finished_at, "order": rec.order, "failures": failures,
+        "scope": rec.scope,
         "tests": [{**{k: v for k, v in asdict(t).items()},
                    "lines": {p: list(ls) for p, ls in (t.lines or {}).items()}}
                   for t in rec.tests.values()],
@@ -628,5 +630,7 @@ def recording_from_json(data: dict) -> tuple[Recording, dict[str, dict]]:
                     tests=tests, import_time=data["import_time"],
                     session_files=data["session_files"],
                     first_failure_at=data["first_failure_at"], started_at=data["started_at"],
-                    finished_at=data["finished_at"], order=data["order"])
+                    finished_at=data["finished_at"], order=data["order"],
+                    scope=dict(data.get("scope") or {}))
     return rec, data["failures"]
+
