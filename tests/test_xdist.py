@@ -3,7 +3,10 @@ serial session. Each worker records its own tests; the controller merges.
 
 The fast test runs on the conftest library (session fixture, a config file read at test
 time, import-time work, a constant imported by name); the slow one on examples/tinyllm (357
-tests, Triton in the interpreter): about four minutes on two shared cores."""
+tests, Triton in the interpreter): about four minutes on two shared cores, where it found
+every test's blocks, lines, kernels and outcome identical, one test's listed directories
+different (work done once per process) and 44 tests with extra files from the kernel's
+file events (which cannot tell workers apart)."""
 
 from __future__ import annotations
 
@@ -50,15 +53,31 @@ def files(snap: Snapshot) -> dict[str, dict[str, str]]:
                                              for t in snap.tests.values()}}
 
 
-def assert_same(serial: Snapshot, parallel: Snapshot) -> None:
+DIRS = 2  # the position of `dirs` in a test's evidence tuple
+
+
+def assert_same(serial: Snapshot, parallel: Snapshot, once_per_process: int = 0) -> None:
     """The same evidence, except that kernel file events (inotify) cannot tell the workers
     apart: a file one worker read may also be credited to what another was doing then.
-    Such files are extra, never missing (more selection, never less)."""
+    Such files are extra, never missing (more selection, never less).
+
+    `once_per_process`: how many tests may differ in the directories they listed, and in
+    nothing else: work a process does once (a lazy import scanning sys.path lists the
+    working directory) is credited to whichever test triggers it first, which is another
+    test, or none, in each worker."""
     a, b = evidence(serial), evidence(parallel)
     assert sorted(a["tests"]) == sorted(b["tests"])
+    listed = []
     for test_id in a["tests"]:
-        assert a["tests"][test_id] == b["tests"][test_id], test_id
-    assert a == b
+        x, y = a["tests"][test_id], b["tests"][test_id]
+        if x != y and once_per_process and \
+                x[:DIRS] + x[DIRS + 1:] == y[:DIRS] + y[DIRS + 1:]:
+            listed.append(test_id)
+            continue
+        assert x == y, test_id
+    assert len(listed) <= once_per_process, listed
+    assert {k: v for k, v in a.items() if k != "tests"} == \
+        {k: v for k, v in b.items() if k != "tests"}
     parallel_files = files(parallel)
     for owner, read in files(serial).items():
         assert read.items() <= parallel_files[owner].items(), owner
@@ -104,4 +123,5 @@ def test_tinyllm_under_xdist_records_the_serial_evidence(tmp_path):
     project.commit("tinyllm")
     serial, parallel = record_both(project, tmp_path)
     assert len(serial.tests) > 300
-    assert_same(serial, parallel)
+    # Measured: 357 tests, one differs (the serial run's first attention test listed ".").
+    assert_same(serial, parallel, once_per_process=3)
