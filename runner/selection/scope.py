@@ -141,7 +141,7 @@ def _keyword_excludes(expression: str, test_id: str) -> bool:
     for values in itertools.product((False, True), repeat=len(unknown)):
         assumed = dict(zip(unknown, values))
 
-        def matcher(ident: str, **_kwargs) -> bool:
+        def matcher(ident: str, /, **_kwargs: str | int | bool | None) -> bool:
             if ident in assumed:
                 return assumed[ident]
             return any(ident.lower() in n for n in names)
