@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import re
 import time
 
 from redis import Redis
@@ -25,7 +26,7 @@ from rq.serializers import JSONSerializer
 
 from fastci.runner.errors import FastCIError
 
-from . import schema
+from . import metrics, schema
 from .events import Work
 
 log = logging.getLogger("fastci.app")
@@ -40,6 +41,9 @@ JOBS = {
     "fastci.runner.execution.replays.run_replays": ("fastci.runner.execution.replays",
                                                     "run_replays"),
 }
+
+
+QUEUE_SUFFIX = re.compile(r"-(cpu|background|gpu-\d+)$")  # a queue name, less its prefix
 
 
 class UnknownJob(FastCIError):
@@ -61,6 +65,13 @@ class FastCIJob(Job):
             raise UnknownJob(f"refused: {str(name)[:100]!r} is not a FastCI job")
         module, attribute = JOBS[name]
         return getattr(importlib.import_module(module), attribute)
+
+    def perform(self):
+        """Runs the job, timed: its duration goes to /metrics by kind (`metrics.py`)."""
+        prefix = QUEUE_SUFFIX.sub("", self.origin or "") or "fastci"
+        with metrics.timed_job(self.connection, prefix, metrics.job_kind(
+                str(self.func_name), self.args if self.instance is None else ())):
+            return super().perform()
 
     def restore(self, raw_data):
         """Callbacks and webhooks would be imported or called by name: FastCI sets none,
@@ -229,6 +240,3 @@ class Queues:
         in doubt (two heads at one instant): then only the API can say."""
         head, doubt = self.redis.hmget(self.pr_key(repo, number), "head", "doubt")
         return head.decode() if head and not doubt else None
-
-    def counter(self, name: str, amount: int = 1) -> None:
-        self.redis.incr(self.key("metrics", name), amount)

@@ -26,7 +26,7 @@ from fastci.runner.errors import FastCIError
 from fastci.runner.store import open_store
 from fastci.runner.store.retention import Retention, branch_histories
 
-from . import artifacts, github, schema
+from . import artifacts, github, metrics, schema
 from .queue import Queues
 from .settings import AppSettings, load
 
@@ -55,6 +55,7 @@ def conclude_stale_runs(settings: AppSettings, redis: Redis, gi=None, now: float
                 github.CheckRuns(repo).update(run, conclusion="timed_out", output=(
                     github.CheckRunOutput(f"Timed out: {entry['name']}", TIMED_OUT)))
                 done.append(entry["id"])
+                metrics.count_watchdog(redis, settings.queue_prefix, "concluded_stale_run")
         except GithubException as exc:
             if exc.status not in (404, 410):  # gone: nothing to conclude
                 log.warning("could not conclude check run %s: %s", entry["id"], exc.status)
@@ -149,7 +150,7 @@ def redeliver_failed(settings: AppSettings, redis: Redis, gi=None, now: float | 
             settings.redelivery_backoff * 2 ** asked_before)})
         pipe.expire(state, REDELIVERY_WINDOW)
         pipe.execute()
-        queues.counter(f'redeliveries_total{{outcome="{outcome}"}}')
+        metrics.count_watchdog(redis, settings.queue_prefix, f"redelivery_{outcome}")
     return asked
 
 
@@ -170,7 +171,7 @@ def _give_up(redis: Redis, queues: Queues, state: str, delivery: dict, asked: in
     pipe.zadd(key, {json.dumps(record, sort_keys=True): now})
     pipe.zremrangebyscore(key, 0, now - GIVEN_UP_KEPT)
     pipe.execute()
-    queues.counter('redeliveries_total{outcome="gave_up"}')
+    metrics.count_watchdog(redis, queues.prefix, "redelivery_gave_up")
     log.warning("gave up redelivering %s (%s) after %d asks", delivery["guid"],
                 delivery.get("event"), asked)
 
@@ -210,7 +211,9 @@ def collect_garbage(settings: AppSettings, redis: Redis, now: float | None = Non
     except FastCIError as exc:
         log.warning("gc failed, trying again in %d s: %s", GC_RETRY, exc)
         redis.expire(marker, int(GC_RETRY))
+        metrics.count_watchdog(redis, settings.queue_prefix, "gc_failed")
         return None
+    metrics.count_watchdog(redis, settings.queue_prefix, "gc_ran")
     log.info("gc: deleted %d item(s), %d bytes freed", report.deleted, report.bytes)
     return report.to_json()
 

@@ -8,7 +8,9 @@ POST /webhooks   X-Hub-Signature-256 (HMAC-SHA256) is required; then X-GitHub-Ev
                  200 for a duplicate delivery and for ping, 4xx for bad requests (the body
                  says why), 503 when Redis cannot be reached (GitHub may redeliver).
 GET /healthz     200 when Redis answers, else 503.
-GET /metrics     Prometheus text: deliveries by outcome, queue lengths.
+GET /metrics     Prometheus exposition by prometheus-client (`metrics.py`): deliveries by
+                 status and outcome, job durations by kind, queue depths, check runs in
+                 flight, GPU-seconds saved and run, the watchdog's actions.
 GET /artifacts/<name>?expires=..&sig=..
                  A file the selection worker published for one job's runners
                  (`artifacts.py`): streamed when the signature is right and unexpired, 403
@@ -29,7 +31,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 from werkzeug.exceptions import HTTPException
 
-from . import artifacts, events
+from . import artifacts, events, metrics
 from .queue import Queues
 from .settings import AppSettings, SettingsError, load
 from .signature import verify
@@ -56,9 +58,9 @@ def create_app(settings: AppSettings | None = None, redis: Redis | None = None) 
 
     def answer(status: int, message: str, **extra) -> Response:
         """Every answer: JSON with a message, counted in /metrics by status (deliveries to
-        /webhooks as deliveries_total, anything else as requests_total)."""
-        counter = "deliveries_total" if request.path == "/webhooks" else "requests_total"
-        _count(queues, f'{counter}{{status="{status}"}}')
+        /webhooks with their outcome as fastci_deliveries_total, anything else as
+        fastci_requests_total)."""
+        metrics.count_answer(request.path == "/webhooks", status, message)
         response = jsonify({"message": message, **extra})
         response.status_code = status
         return response
@@ -91,10 +93,13 @@ def create_app(settings: AppSettings | None = None, redis: Redis | None = None) 
             return jsonify({"status": "unavailable", "redis": type(exc).__name__}), 503
         return jsonify({"status": "ok", "redis": "ok"})
 
+    scraped = metrics.RedisCollector(redis, settings.queue_prefix, [
+        queues.cpu.name, queues.background.name,
+        *(queues.gpu(i).name for i in range(settings.gpus))])
+
     @app.get("/metrics")
-    def metrics():
-        return Response(_metrics_text(redis, queues, settings.gpus),
-                        mimetype="text/plain; version=0.0.4")
+    def prometheus_metrics():
+        return Response(metrics.exposition(scraped), content_type=metrics.CONTENT_TYPE)
 
     @app.get(f"{artifacts.ROUTE}<name>")
     def artifact(name: str):
@@ -202,31 +207,3 @@ def _enqueue(queues: Queues, routed: events.Work, delivery: str) -> tuple[int, s
         return 503, ("the queue (Redis) is unavailable; the delivery was not enqueued and can "
                      "be redelivered"), {}
     return 202, f"enqueued {routed.kind}", {"job": job.id}
-
-
-def _metrics_text(redis: Redis, queues: Queues, gpus: int) -> str:
-    lines = ["# HELP fastci_deliveries_total Webhook deliveries by HTTP status.",
-             "# TYPE fastci_deliveries_total counter",
-             "# HELP fastci_requests_total Other requests answered with an error, by status.",
-             "# TYPE fastci_requests_total counter"]
-    try:
-        for key in sorted(redis.scan_iter(queues.key("metrics", "*"))):
-            name = key.decode().split(":", 2)[2]
-            lines.append(f"fastci_{name} {int(redis.get(key) or 0)}")
-        lines += ["# HELP fastci_queue_length Jobs waiting per queue.",
-                  "# TYPE fastci_queue_length gauge"]
-        for queue in [queues.cpu, queues.background, *(queues.gpu(i) for i in range(gpus))]:
-            lines.append(f'fastci_queue_length{{queue="{queue.name}"}} {queue.count}')
-        up = 1
-    except RedisError:
-        up = 0
-    lines += ["# HELP fastci_redis_up Whether Redis answered.", "# TYPE fastci_redis_up gauge",
-              f"fastci_redis_up {up}"]
-    return "\n".join(lines) + "\n"
-
-
-def _count(queues: Queues, name: str) -> None:
-    try:
-        queues.counter(name)
-    except RedisError:
-        pass  # metrics never fail a request

@@ -4,10 +4,18 @@
 
 The webhook answers in milliseconds (verify, claim, enqueue), so a few threaded workers hold
 hundreds of deliveries a second; everything slow happens in RQ workers.
+
+/metrics runs prometheus-client in multiprocess mode: PROMETHEUS_MULTIPROC_DIR (the systemd
+unit gives a RuntimeDirectory; else a private temporary folder) is emptied here, before any
+worker imports prometheus-client, and `child_exit` retires each dead worker's files.
 """
 
 import multiprocessing
 import os
+
+from fastci.app.serve import child_exit, prepare_metrics_dir  # noqa: F401 (a gunicorn hook)
+
+prepare_metrics_dir()
 
 bind = os.environ.get("FASTCI_BIND", "127.0.0.1:8000")  # behind a TLS-terminating proxy
 workers = int(os.environ.get("FASTCI_WEB_WORKERS", min(4, multiprocessing.cpu_count())))

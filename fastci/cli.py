@@ -61,7 +61,8 @@ def cmd_select(args) -> int:
     from fastci.render import selection_table  # noqa: PLC0415
 
     engine = _engine(args)
-    planned = engine.plan(args.base, args.head or "WORKTREE", prune=not args.no_prune)
+    planned = engine.plan(args.base, args.head or "WORKTREE", prune=not args.no_prune,
+                          all_tests=args.all_tests)
     sel = planned.selection
     if args.format == "json":
         out = sel.to_json()
@@ -86,7 +87,8 @@ def cmd_run(args, pytest_args) -> int:
         print(verdict(partial), flush=True)
 
     report = engine.run(args.base, pytest_args, run_all=args.all, on_verdict=on_verdict,
-                        background=not args.no_background, prune=not args.no_prune)
+                        background=not args.no_background, prune=not args.no_prune,
+                        all_tests=args.all_tests)
     print(run_summary(report))
     if args.json:
         with open(args.json, "w") as fh:
@@ -248,6 +250,11 @@ def cmd_watchdog(args) -> int:
     return EXIT_OK
 
 
+ALL_TESTS_HELP = ("decide every test of the repository, not only those the evidence's "
+                  "recorded pytest arguments (test paths, -k, -m) collect; `run` stores the "
+                  "widened scope")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fastci",
@@ -283,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="revision to select for (default: the working tree)")
     p.add_argument("--format", choices=("table", "json", "ids"), default="table")
     p.add_argument("--show-skipped", action="store_true", help="list skipped tests too")
+    p.add_argument("--all-tests", action="store_true", help=ALL_TESTS_HELP)
     p.set_defaults(func=cmd_select)
 
     p = sub.add_parser("run", parents=[common, prune],
@@ -296,6 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="also write the run report as JSON")
     p.add_argument("--no-background", action="store_true",
                    help="run only the blocking dimensions (skip convergence, perf, ...)")
+    p.add_argument("--all-tests", action="store_true", help=ALL_TESTS_HELP)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("explain", parents=[common, prune], help="why a test is selected or skipped",

@@ -30,6 +30,7 @@ from fastci.runner.record.recorder import Recording, blob_sha, recording_from_js
 from fastci.runner.selection.plan import make_plan
 from fastci.runner.selection.report import RunReport, Selection
 from fastci.runner.selection.rules import History, SelectionInput, select
+from fastci.runner.selection.scope import Scope
 from fastci.runner.store import EvidenceStore, open_store, resolve_store
 
 if TYPE_CHECKING:
@@ -109,8 +110,10 @@ class Engine:
 
     # -- planning ------------------------------------------------------------------------------
     def plan(self, base: str | None = None, head: str = WORKTREE,
-             store: EvidenceStore | None = None, prune: bool = False) -> Planned:
-        """Select; with `prune`, then replay captured module calls to prune equivalents."""
+             store: EvidenceStore | None = None, prune: bool = False,
+             all_tests: bool = False) -> Planned:
+        """Select; with `prune`, then replay captured module calls to prune equivalents.
+        Within the evidence's recorded scope (its pytest arguments), unless `all_tests`."""
         started = time.perf_counter()
         own_store = store is None
         store = store or self.open_store()
@@ -151,7 +154,9 @@ class Engine:
                 import_graph=cast(inventory.ImportGraph, graph),
                 static_tests=discover.test_functions(head_inv), head_kernels=head_kernels,
                 untracked_shas=untracked, settings=self.settings, history=history,
-                no_evidence_reason=why)
+                no_evidence_reason=why,
+                scope=Scope() if all_tests or snapshot is None else
+                Scope.from_json(snapshot.scope))
             selection = select(inputs)
             pruning = None
             if prune and snapshot is not None and self.settings.prune != "off" and \
@@ -226,7 +231,7 @@ class Engine:
     # -- running -------------------------------------------------------------------------------
     def run(self, base: str | None, pytest_args: list[str], *, run_all: bool = False,
             stream=None, on_verdict=None, background: bool = True,
-            prune: bool = True) -> RunReport:
+            prune: bool = True, all_tests: bool = False) -> RunReport:
         """Select against the working tree, run the selection in risk order, store evidence.
 
         Blocking dimensions run first and their verdict is handed to `on_verdict` before any
@@ -236,8 +241,11 @@ class Engine:
         shadow = self.settings.mode == "shadow"
         run_all = run_all or shadow
         with self.open_store() as store:
-            planned = self.plan(base, WORKTREE, store=store, prune=prune)
+            planned = self.plan(base, WORKTREE, store=store, prune=prune, all_tests=all_tests)
             selection = planned.selection
+            # pytest collects the recorded suite's scope (its paths, -k, -m), then the
+            # caller's own arguments: a test outside the scope is not collected as new.
+            pytest_args = [*planned.inputs.scope.pytest_args(), *pytest_args]
             snapshot = planned.snapshot
             # All of it: the selection first, in risk order, then everything else.
             rest = sorted((d for d in selection.decisions if not d.selected),
@@ -287,6 +295,8 @@ class Engine:
             recording = self._nothing_ran(planned)
             collected = []
         snapshot = planned.snapshot
+        if snapshot is not None:  # the base's scope, or the whole repository (--all-tests)
+            recording = replace(recording, scope=planned.inputs.scope.to_json())
         if snapshot is not None:
             base = store.load_snapshot(snapshot.commit, snapshot.env_key, with_lines=True)
             assert base is not None, f"the evidence of {snapshot.commit[:12]} left the store"

@@ -103,6 +103,9 @@ class Snapshot:
     created_at: float = 0.0
     source: str = "record"  # record | run
     env_key: str = ""  # the store's key for the environment (its digest when written)
+    scope: Mapping = field(default_factory=dict)
+    """The pytest arguments the suite was recorded with (`selection/scope.py`, JSON); empty:
+    the whole repository."""
 
 
 def pack_lines(lines: Mapping[str, tuple[int, ...]]) -> bytes:

@@ -65,8 +65,8 @@ def test_a_failing_redelivery_is_retried_with_backoff_then_given_up_and_recorded
     assert record["status_code"] == 401 and record["event"] == "pull_request"
 
     metrics = create_app(settings, redis).test_client().get("/metrics").get_data(as_text=True)
-    assert 'fastci_redeliveries_total{outcome="asked"} 4' in metrics
-    assert 'fastci_redeliveries_total{outcome="gave_up"} 1' in metrics
+    assert 'fastci_watchdog_actions_total{action="redelivery_asked"} 4.0' in metrics
+    assert 'fastci_watchdog_actions_total{action="redelivery_gave_up"} 1.0' in metrics
 
 
 def test_fastci_audit_lists_the_deliveries_given_up_on(world, library):

@@ -1,12 +1,21 @@
 """The pytest plugin: records evidence (`--fastci-record`) and runs a selection in risk order
 (`--fastci-plan`). Inert, and cheap to import, unless one of its options is given.
+
+Under pytest-xdist (`-n 2`) the tests run in worker processes: each worker records its own
+tests (every worker loads this plugin with the same options) and writes its recording as
+JSON into a scratch folder the controller names in the worker's `workerinput`; the
+controller runs no test, so it stops its own recorder before the workers start (they must
+not inherit its hooks), then merges the workers' recordings into one (`merge_recordings`)
+and stores it, or writes it to `--fastci-out`, as a serial session would.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -73,12 +82,17 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     early_config.stash[_recorder_key] = recorder
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's, which registers "dsession"
 def pytest_configure(config: pytest.Config) -> None:
     recorder = config.stash.get(_recorder_key, None)
     plan = config.getoption("fastci_plan")
     if recorder is None and not plan:
         return
-    config.pluginmanager.register(_Session(config, recorder, plan), "fastci-session")
+    session = _Session(config, recorder, plan)
+    if recorder is not None and config.pluginmanager.has_plugin("dsession"):
+        recorder.abandon()  # an xdist controller: its workers record
+        session.workers_dir = tempfile.mkdtemp(prefix="fastci-xdist-")
+    config.pluginmanager.register(session, "fastci-session")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -119,6 +133,18 @@ class _Session:
             raise pytest.UsageError(f"fastci: {exc}") from None
         self.capture_budget = capture_budget(config.getoption("fastci_capture_budget_mb"),
                                              self.settings.capture_budget_mb)
+        self.workers_dir: str | None = None  # an xdist controller's: where workers write
+        workerinput = getattr(config, "workerinput", None)  # an xdist worker's
+        self.write_to: str | None = None
+        if recorder is not None and workerinput and workerinput.get("fastci_workers_dir"):
+            self.write_to = os.path.join(workerinput["fastci_workers_dir"],
+                                         f"{workerinput.get('workerid', 'gw')}.json")
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:
+        """pytest-xdist, in the controller, before a worker starts: where it writes."""
+        if self.workers_dir is not None:
+            node.workerinput["fastci_workers_dir"] = self.workers_dir
 
     def pytest_collection_finish(self) -> None:
         # Hook Triton launches only if the code under test imported Triton while being
@@ -227,10 +253,23 @@ class _Session:
                                    self.recorder.repo.root)
         try:
             with open_store(store_path) as store:
-                recording = self.recorder.finish(store)
-                if out:
-                    data = recording_to_json(recording, self.failures)
-                    data["collected"] = self.collected
+                if self.workers_dir is not None:
+                    recording, failures, collected = self._merge_workers()
+                else:
+                    recording = self.recorder.finish(store)
+                    failures, collected = self.failures, self.collected
+                from fastci.runner.selection.scope import (  # noqa: PLC0415 (start-up)
+                    from_pytest,
+                )
+
+                recording.scope = from_pytest(self.config, self.recorder.repo.root).to_json()
+                if self.write_to is not None:  # an xdist worker: the controller stores
+                    data = recording_to_json(recording, failures)
+                    data["collected"] = collected
+                    Path(self.write_to).write_text(json.dumps(data))
+                elif out:
+                    data = recording_to_json(recording, failures)
+                    data["collected"] = collected
                     Path(out).write_text(json.dumps(data))
                 else:
                     from fastci.runner.execution.carry import (  # noqa: PLC0415 (start-up)
@@ -241,6 +280,29 @@ class _Session:
                     self._summary = summary
         except StoreError as exc:
             raise pytest.UsageError(f"fastci: {exc}") from None
+
+    def _merge_workers(self):
+        """The workers' recordings as one, with their failures and what they collected."""
+        from fastci.runner.record.recorder import (  # noqa: PLC0415 (start-up)
+            merge_recordings,
+            recording_from_json,
+        )
+
+        assert self.workers_dir is not None
+        recordings, failures, collected = [], {}, []
+        try:
+            for name in sorted(os.listdir(self.workers_dir)):
+                data = json.loads(Path(self.workers_dir, name).read_text())
+                recording, worker_failures = recording_from_json(data)
+                recordings.append(recording)
+                failures.update(worker_failures)
+                collected += data.get("collected", [])
+        finally:
+            shutil.rmtree(self.workers_dir, ignore_errors=True)
+        if not recordings:
+            raise pytest.UsageError("fastci: no pytest-xdist worker recorded anything (did "
+                                    "every worker crash?); nothing was recorded")
+        return merge_recordings(recordings), failures, list(dict.fromkeys(collected))
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         summary = getattr(self, "_summary", None)

@@ -77,12 +77,13 @@ class Recording:
     started_at: float = 0.0
     finished_at: float = 0.0
     order: list[str] = field(default_factory=list)
+    scope: dict = field(default_factory=dict)  # the session's pytest arguments (scope.py)
 
     def snapshot(self, commit: str, source: str) -> Snapshot:
         return Snapshot(commit=commit, environment=self.environment, tree=self.tree,
                         tests=self.tests, import_time=self.import_time,
                         session_files=self.session_files, created_at=time.time(),
-                        source=source)
+                        source=source, scope=self.scope)
 
 
 class Recorder:
@@ -319,6 +320,23 @@ class Recorder:
             import_time=import_time, session_files=session_files,
             first_failure_at=self.first_failure_at, started_at=self.started_at,
             finished_at=time.time(), order=list(self.tests))
+
+    def abandon(self) -> None:
+        """Stop recording and keep nothing: the controller of a pytest-xdist session runs no
+        test (its workers record), and its hooks must not reach the workers it starts."""
+        self._stop_hooks()
+        if self._cov is not None:
+            try:
+                self._cov.stop()
+            except Exception:  # noqa: BLE001 - nothing of it is kept anyway
+                pass
+            self._cov = None
+        if self.children is not None:
+            self.children.stop()
+            self.children = None
+        if self.file_events is not None:
+            self.file_events.close()
+            self.file_events = None
 
     def _stop_hooks(self) -> None:
         """Nothing the process does from here on is evidence."""
@@ -605,6 +623,7 @@ def recording_to_json(rec: Recording, failures: dict[str, dict]) -> dict:
         "import_time": rec.import_time, "session_files": rec.session_files,
         "first_failure_at": rec.first_failure_at, "started_at": rec.started_at,
         "finished_at": rec.finished_at, "order": rec.order, "failures": failures,
+        "scope": rec.scope,
         "tests": [{**{k: v for k, v in asdict(t).items()},
                    "lines": {p: list(ls) for p, ls in (t.lines or {}).items()}}
                   for t in rec.tests.values()],
@@ -628,5 +647,33 @@ def recording_from_json(data: dict) -> tuple[Recording, dict[str, dict]]:
                     tests=tests, import_time=data["import_time"],
                     session_files=data["session_files"],
                     first_failure_at=data["first_failure_at"], started_at=data["started_at"],
-                    finished_at=data["finished_at"], order=data["order"])
+                    finished_at=data["finished_at"], order=data["order"],
+                    scope=dict(data.get("scope") or {}))
     return rec, data["failures"]
+
+
+def merge_recordings(recordings: list[Recording]) -> Recording:
+    """One recording from sessions that each ran part of one suite on the same tree (the
+    workers of a pytest-xdist session): every test once, import-time origins and
+    session-wide files united."""
+    first = recordings[0]
+    tests: dict[str, TestRecord] = {}
+    import_time: dict[str, dict[str, list[str]]] = {}
+    session_files: dict[str, str] = {}
+    order: list[str] = []
+    for rec in recordings:
+        tests.update(rec.tests)
+        order += rec.order
+        session_files.update(rec.session_files)
+        for path, names in rec.import_time.items():
+            into = import_time.setdefault(path, {})
+            for qualname, origins in names.items():
+                into[qualname] = sorted({*into.get(qualname, ()), *origins})
+    failures_at = [r.first_failure_at for r in recordings if r.first_failure_at]
+    return Recording(tree=first.tree, environment=first.environment, tests=tests,
+                     import_time=import_time, session_files=session_files,
+                     first_failure_at=min(failures_at) if failures_at else None,
+                     started_at=min(r.started_at for r in recordings),
+                     finished_at=max(r.finished_at for r in recordings),
+                     order=list(dict.fromkeys(order)), scope=dict(first.scope))
+

@@ -20,7 +20,11 @@ JSON of `fastci select --format json` (schema "fastci.selection/1"):
                }, ...],
      "summary": {"total": N, "selected": N, "skipped": N, "pruned": N,
                  "expected_seconds_selected": S, "expected_seconds_total": S,
-                 "expected_seconds_saved": S}}
+                 "expected_seconds_saved": S},
+     "scope": {} | {"paths": [...], "keyword": "...", ...},  # what the evidence was
+                                  # recorded with ({}: the whole repository)
+     "outside_recorded_suite": ["<node-id prefix>", ...]}  # found at the head, outside
+                                  # that scope: neither selected nor counted as new
 
 Selected tests come first, in run order (rank 1 runs first); skipped tests follow.
 """
@@ -70,6 +74,10 @@ class Selection:
     select_all_reason: str | None = None
     changed_files: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    outside: tuple[str, ...] = ()
+    """Tests found at the head that the recorded suite's pytest arguments would not collect:
+    not decided (neither selected, skipped nor new), only listed."""
+    scope: dict = field(default_factory=dict)  # the recorded suite's scope; {}: everything
 
     @property
     def mode(self) -> str:
@@ -104,7 +112,8 @@ class Selection:
                 "mode": self.mode, "select_all_reason": self.select_all_reason,
                 "changed_files": list(self.changed_files), "notes": list(self.notes),
                 "tests": [d.to_json() for d in self.selected + self.skipped],
-                "summary": self.summary()}
+                "summary": self.summary(), "scope": self.scope,
+                "outside_recorded_suite": list(self.outside)}
 
 
 @dataclass(frozen=True)

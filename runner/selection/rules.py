@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import posixpath
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 from fastci.runner.analysis.blocks import MODULE, FileBlocks
@@ -19,6 +19,7 @@ from fastci.runner.config import Settings
 from fastci.runner.evidence import DYNAMIC_ALL, SESSION, Snapshot, TestRecord
 from fastci.runner.selection import risk as risk_model
 from fastci.runner.selection.report import Decision, Selection
+from fastci.runner.selection.scope import Scope
 
 MAX_EXAMPLES = 3
 # Method names frameworks look up by name on modules (hasattr/getattr), so adding one can
@@ -53,6 +54,8 @@ class SelectionInput:
     settings: Settings = field(default_factory=Settings)
     history: History = field(default_factory=History)
     no_evidence_reason: str | None = None
+    scope: Scope = field(default_factory=Scope)
+    """The recorded suite's scope (the snapshot's; whole with `--all-tests`)."""
 
 
 def test_file(test_id: str) -> str:
@@ -432,11 +435,20 @@ def select(inp: SelectionInput) -> Selection:
                 facts[test_id] = (False, [rules.skip_reason(test)], 0, test, (), ())
         if gone:
             notes.append(f"{_plural(gone, 'test')} in removed test files left out")
+    outside = []
     for prefix in inp.static_tests:
         if prefix not in known_functions and prefix not in facts:
+            if snap is not None and not inp.scope.contains(prefix):
+                outside.append(prefix)  # never in the suite being gated
+                continue
             reasons = ["new test: no evidence yet"] if snap is not None else list(all_reasons)
             facts[prefix] = (True, reasons, 0, None, (), ())
-    return _rank(inp, facts, all_reasons, notes)
+    if outside:
+        notes.append(f"{_plural(len(outside), 'test')} outside the recorded suite (recorded "
+                     f"with `{inp.scope.describe()}`): neither selected nor counted as new; "
+                     "--all-tests widens the scope")
+    selection = _rank(inp, facts, all_reasons, notes)
+    return replace(selection, outside=tuple(outside), scope=inp.scope.to_json())
 
 
 def _rank(inp: SelectionInput, facts, all_reasons: list[str], notes: list[str]) -> Selection:

@@ -28,6 +28,11 @@ untouched, because this FastCI cannot know what the newer one stored.
      that transaction and would race gc into a snapshot without its tree; bumped so that it
      refuses a version-4 store (newer) instead of writing to it. SQLite is unchanged, but
      the version is shared.
+  5  snapshots remember their scope: the pytest arguments (test paths, -k, -m, --ignore,
+     --deselect) the suite was recorded with, so selection decides within it (a `scope`
+     column in SQLite, a `scope` field in a Redis snapshot's hash). A FastCI of version 4
+     would drop the field when carrying evidence forward and select the rest of the
+     repository as new again; bumped so that it refuses a version-5 store.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ if TYPE_CHECKING:
     from fastci.runner.evidence import Snapshot, TestRecord
     from fastci.runner.store.retention import GcReport, Retention
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 __all__ = ["SCHEMA_VERSION", "EvidenceStore", "StoreError", "newer_version_error",
            "older_version_message"]

@@ -230,7 +230,8 @@ class RedisEvidenceStore:
             "env_json": env.to_json(), "tree": tree_digest,
             "import_time": json.dumps(snap.import_time, sort_keys=True),
             "session_files": json.dumps(snap.session_files, sort_keys=True),
-            "created_at": created_at, "source": snap.source}
+            "created_at": created_at, "source": snap.source,
+            "scope": json.dumps(dict(snap.scope), sort_keys=True)}
         # The parts and the snapshot in one transaction that also counts the write, which
         # `gc` watches: a snapshot is never saved against a part gc is deleting (see gc).
         pipe = self._r.pipeline(transaction=True)
@@ -293,6 +294,7 @@ class RedisEvidenceStore:
                         import_time=json.loads(meta["import_time"]),
                         session_files=json.loads(meta["session_files"]),
                         created_at=float(meta["created_at"]), source=meta["source"],
+                        scope=json.loads(meta.get("scope", "{}")),
                         env_key=env_digest)
 
     # -- retention ------------------------------------------------------------------------------

@@ -53,6 +53,7 @@ CREATE TABLE snapshots (
     session_files TEXT NOT NULL,
     created_at REAL NOT NULL,
     source TEXT NOT NULL,
+    scope TEXT NOT NULL DEFAULT '{}',
     UNIQUE (commit_sha, env)
 );
 CREATE TABLE tests (
@@ -240,11 +241,12 @@ class SqliteEvidenceStore:
                              (snap.commit, env.digest))
             cur = self._db.execute(
                 "INSERT INTO snapshots (commit_sha, env, env_json, tree, import_time, "
-                "session_files, created_at, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "session_files, created_at, source, scope) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (snap.commit, env.digest, env.to_json(), tree_digest,
                  json.dumps(snap.import_time, sort_keys=True),
                  json.dumps(snap.session_files, sort_keys=True),
-                 snap.created_at or time.time(), snap.source))
+                 snap.created_at or time.time(), snap.source,
+                 json.dumps(dict(snap.scope), sort_keys=True)))
             sid = cur.lastrowid
             self._db.executemany(
                 "INSERT INTO tests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -268,11 +270,11 @@ class SqliteEvidenceStore:
                       ) -> Snapshot | None:
         row = self._db.execute(
             "SELECT s.id, s.env_json, t.data, s.import_time, s.session_files, s.created_at, "
-            "s.source FROM snapshots s JOIN trees t ON t.digest = s.tree "
+            "s.source, s.scope FROM snapshots s JOIN trees t ON t.digest = s.tree "
             "WHERE s.commit_sha=? AND s.env=?", (commit, env_digest)).fetchone()
         if row is None:
             return None
-        sid, env_json, tree_data, import_time, session_files, created_at, source = row
+        sid, env_json, tree_data, import_time, session_files, created_at, source, scope = row
         tests = {}
         query = ("SELECT t.test_id, t.outcome, t.duration, e.data, t.markers, t.dimension, "
                  "t.peak_memory, t.cuda, t.carried_from, t.lines FROM tests t "
@@ -295,7 +297,8 @@ class SqliteEvidenceStore:
                         tree=unpack(tree_data), tests=tests,
                         import_time=json.loads(import_time),
                         session_files=json.loads(session_files),
-                        created_at=created_at, source=source, env_key=env_digest)
+                        created_at=created_at, source=source, env_key=env_digest,
+                        scope=json.loads(scope))
 
     def _blobs(self, table: str, digests: set[str]) -> dict[str, bytes]:
         out: dict[str, bytes] = {}

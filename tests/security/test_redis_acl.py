@@ -77,3 +77,32 @@ def test_each_role_reaches_only_its_own_keys(server):
     assert selection.llen("rq:queue:fastci-cpu") == 1
     with pytest.raises(StoreError):  # the runner's user cannot open the store at all
         open_store(f"redis://runner:{PASSWORD}-runner@127.0.0.1:{server.port}/0")
+
+
+def test_the_webhooks_user_scrapes_metrics_and_a_runner_writes_only_its_durations(server):
+    from fastci.app import metrics
+
+    selection, web, runner = (client(server, u) for u in ("selection", "web", "runner"))
+    queue("fastci-gpu-0", selection).enqueue("fastci.runner.execution.shard.pause", 0,
+                                             job_id="fastci-shard-2")
+    selection.zadd("fastci:open-runs", {'{"id": 1, "name": "FastCI selection"}': 1e12})
+    metrics.count_watchdog(selection, "fastci", "gc_ran")
+    metrics.add_gpu_seconds(selection, "fastci", 5.0, 1.0)
+    metrics.observe_job(runner, "fastci", "shard", 2.0)
+    for attempt in (lambda: runner.hincrby("fastci:metrics:job_seconds:pull_request", "count", 1),
+                    lambda: runner.hincrbyfloat("fastci:metrics:gpu_seconds", "saved", 1e9),
+                    lambda: runner.hgetall("fastci:metrics:job_seconds:shard"),
+                    lambda: runner.delete("fastci:metrics:job_seconds:shard"),
+                    lambda: web.lrange("rq:queue:fastci-gpu-0", 0, -1),
+                    lambda: web.lpop("rq:queue:fastci-gpu-0"),
+                    lambda: web.zrem("fastci:open-runs", "x")):
+        assert denied(attempt)
+    families = {f.name: f for f in metrics.RedisCollector(
+        web, "fastci", ["fastci-cpu", "fastci-gpu-0"]).collect()}
+    assert families["fastci_redis_up"].samples[0].value == 1
+    depth = {s.labels["queue"]: s.value for s in families["fastci_queue_jobs"].samples}
+    assert depth == {"fastci-cpu": 0, "fastci-gpu-0": 1}
+    assert families["fastci_runs_in_flight"].samples[0].value == 1
+    shard = [s for s in families["fastci_job_duration_seconds"].samples
+             if s.name.endswith("_count")]
+    assert shard[0].value == 1
