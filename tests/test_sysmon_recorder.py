@@ -296,3 +296,16 @@ def test_without_a_free_tool_id_coverage_records(monkeypatch):
     monkeypatch.setattr("fastci.runner.record.lines._free_tool_id", lambda: None)
     assert choose("auto") == ("coverage", "no free sys.monitoring tool id")
     assert choose("sysmon")[0] == "coverage"
+
+
+def test_a_recorder_whose_tool_ids_are_taken_does_not_start():
+    taken = [t for t in (4, 3) if monitoring.get_tool(t) is None]
+    for tool in taken:
+        monitoring.use_tool_id(tool, "someone else")
+    try:
+        assert choose("sysmon") == ("coverage", "no free sys.monitoring tool id")
+        with pytest.raises(RuntimeError, match="no free"):
+            SysmonLines(str(ROOT)).start()
+    finally:
+        for tool in taken:
+            monitoring.free_tool_id(tool)

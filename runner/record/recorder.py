@@ -123,7 +123,12 @@ class Recorder:
     def start(self) -> None:
         omit = ["*/site-packages/*", "*/.venv/*", "*/.fastci/*", "*/.git/*"]
         self._lines = lines.make(self.line_recorder, self.root, omit)
-        self._lines.start()
+        try:
+            self._lines.start()
+        except RuntimeError as exc:  # the tool id was taken meanwhile: coverage records
+            self.line_recorder, self.line_recorder_why = "coverage", str(exc)
+            self._lines = lines.make("coverage", self.root, omit)
+            self._lines.start()
         self._lines.switch(SESSION_CONTEXT)
         tracing.start(self._on_file)
         tracing.patch_cached_property()
