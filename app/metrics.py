@@ -185,7 +185,8 @@ class RedisCollector(Collector):
                                     value=float(gpu.get("saved", 0.0)))
         actions = CounterMetricFamily("fastci_watchdog_actions", "The watchdog's actions: "
                                       "stale check runs concluded, redeliveries asked of "
-                                      "GitHub (refused, given up on), gc runs and failures.", labels=["action"])
+                                      "GitHub (refused, given up on), gc runs and "
+                                      "failures.", labels=["action"])
         watchdog = _decoded(watchdog)
         for action in WATCHDOG_ACTIONS:
             actions.add_metric([action], float(watchdog.get(action, 0)))

@@ -1,15 +1,22 @@
 """Recording overhead: the same suite with plain pytest and with `--fastci-record`.
 
-Runs the suite alternately with and without recording (so machine noise hits both alike)
-and prints medians and the overhead. Default subject: examples/tinyllm, copied into a
-temporary git repository.
+Runs the suite in every mode once per round, rounds alternating (so machine noise hits all
+modes alike), and prints medians and each mode's overhead over plain pytest. Modes: plain
+pytest; recording with each line recorder the interpreter has (`coverage`, and `sysmon` on
+Python 3.12+); recording with capture for pruning off (`--capture-off`: capture's share);
+pytest-testmon when it is installed in that interpreter. Default subject: examples/tinyllm,
+copied into a temporary git repository; `--suite` takes any folder with a pytest suite,
+`--pytest-args` what it needs (a test path, `-x`, ...).
 
-    python bench/recording_overhead.py [--suite DIR] [--repeat 3]
+    python bench/recording_overhead.py [--suite DIR] [--repeat 3] [--python PATH]
+        [--capture-off] [--pytest-args "..."]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -21,40 +28,72 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _has(python: str, code: str) -> bool:
+    return subprocess.run([python, "-c", code], capture_output=True).returncode == 0
+
+
+def modes(python: str, capture_off: bool) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """name -> (extra pytest arguments, extra environment)."""
+    out: dict[str, tuple[list[str], dict[str, str]]] = {"plain pytest": ([], {})}
+    recorders = ["coverage"]
+    if _has(python, "import sys; sys.exit(not hasattr(sys, 'monitoring'))"):
+        recorders.append("sysmon")
+    for recorder in recorders:
+        out[f"record ({recorder})"] = (["--fastci-record"], {"FASTCI_RECORDER": recorder})
+        if capture_off:
+            out[f"record ({recorder}, no capture)"] = (
+                ["--fastci-record"], {"FASTCI_RECORDER": recorder, "FASTCI_PRUNE": "off"})
+    if _has(python, "import testmon"):
+        out["pytest-testmon"] = (["--testmon"], {})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", default=str(ROOT / "examples" / "tinyllm"))
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--python", default=sys.executable, help="the interpreter to measure")
+    ap.add_argument("--capture-off", action="store_true",
+                    help="also record with capture for pruning off (FASTCI_PRUNE=off)")
+    ap.add_argument("--pytest-args", default="", help="more pytest arguments (one string)")
     args = ap.parse_args()
+    version = subprocess.run([args.python, "-c", "import sys; print(sys.version.split()[0])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="fastci-overhead-") as tmp:
         repo = Path(tmp) / "suite"
         shutil.copytree(args.suite, repo, ignore=shutil.ignore_patterns(
-            "__pycache__", ".fastci", ".pytest_cache", "changes"))
+            "__pycache__", ".fastci", ".pytest_cache", "changes", ".testmondata*"))
         for cmd in (["init", "-q"], ["add", "-A"],
                     ["-c", "user.email=b@b", "-c", "user.name=b", "commit", "-q", "-m", "s"]):
             subprocess.run(["git", *cmd], cwd=repo, check=True)
-        base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                f"--rootdir={repo}"]
-        runs = {"plain pytest": base, "pytest --fastci-record": base + ["--fastci-record"]}
+        base = [args.python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                f"--rootdir={repo}", *shlex.split(args.pytest_args)]
+        runs = modes(args.python, args.capture_off)
         times: dict[str, list[float]] = {name: [] for name in runs}
         for i in range(args.repeat):
-            for name, command in runs.items():
+            for name, (extra, env) in runs.items():
+                for leftover in (".fastci", ".testmondata"):
+                    path = repo / leftover
+                    if path.is_dir():
+                        shutil.rmtree(path)
+                    elif path.exists():
+                        path.unlink()
                 start = time.perf_counter()
-                proc = subprocess.run(command, cwd=repo, capture_output=True, text=True)
+                proc = subprocess.run(base + extra, cwd=repo, capture_output=True, text=True,
+                                      env={**os.environ, **env})
                 elapsed = time.perf_counter() - start
-                if proc.returncode != 0:
-                    sys.exit(f"{name} failed:\n{proc.stdout[-3000:]}")
+                if proc.returncode not in (0, 1):  # 1: some tests of the suite fail
+                    sys.exit(f"{name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
                 times[name].append(elapsed)
-                print(f"  run {i + 1}/{args.repeat} {name:<24} {elapsed:6.1f}s", flush=True)
+                print(f"  run {i + 1}/{args.repeat} {name:<32} {elapsed:6.1f}s", flush=True)
         plain = statistics.median(times["plain pytest"])
-        recorded = statistics.median(times["pytest --fastci-record"])
-        print(f"\n{'mode':<26}{'median':>9}{'min':>9}{'max':>9}")
+        print(f"\nPython {version}, suite {Path(args.suite).name}, {args.repeat} alternating "
+              f"rounds; load average {os.getloadavg()[0]:.1f}")
+        print(f"{'mode':<34}{'median':>9}{'min':>9}{'max':>9}{'overhead':>10}")
         for name, values in times.items():
-            print(f"{name:<26}{statistics.median(values):>8.1f}s{min(values):>8.1f}s"
-                  f"{max(values):>8.1f}s")
-        print(f"\nrecording overhead: {recorded / plain - 1:+.1%} "
-              f"(median {recorded:.1f}s vs {plain:.1f}s, {args.repeat} alternating runs, "
-              f"suite {Path(args.suite).name})")
+            median = statistics.median(values)
+            print(f"{name:<34}{median:>8.1f}s{min(values):>8.1f}s{max(values):>8.1f}s"
+                  f"{median / plain - 1:>+10.1%}")
 
 
 if __name__ == "__main__":

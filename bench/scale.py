@@ -1,13 +1,16 @@
 """Scale: how selection latency grows with the suite, and queue overhead with the workers.
 
 1. Selection: `Engine.plan()` on the synthetic evidence of selection_latency.py for 1,000,
-   5,000 and 20,000 tests (a changed function body; median of --repeat).
+   5,000, 20,000 and 50,000 tests (a changed function body; median of --repeat), each test
+   with --captures captured module calls and line maps (what a torch suite records; only
+   pruning reads them).
 2. Queues: N shard-sized no-op jobs (each sleeps --job-ms) spread over W separate
    `fastci worker --gpu i` processes through Redis/RQ, W in 1, 2, 4, 8; wall time against the
    ideal (N x job / W): the difference per job is the queue's overhead (enqueue, dequeue,
    result write-back, and the worker's poll).
 
-    python bench/scale.py [--tests 1000 5000 20000] [--workers 1 2 4 8] [--jobs 400]
+    python bench/scale.py [--tests 1000 5000 20000 50000] [--captures 2] [--workers 1 2 4 8]
+        [--jobs 400]
 """
 
 from __future__ import annotations
@@ -31,14 +34,15 @@ from fastci.runner.engine import Engine  # noqa: E402
 from fastci.runner.git import WORKTREE  # noqa: E402
 
 
-def selection(tests: int, files: int, functions: int, repeat: int) -> tuple[float, int]:
+def selection(tests: int, files: int, functions: int, repeat: int, captures: int = 0
+              ) -> tuple[float, int]:
     with tempfile.TemporaryDirectory(prefix="fastci-scale-") as tmp:
         root = Path(tmp) / "repo"
         root.mkdir()
         make_repo(root, files, functions, tests)
         engine = Engine(root)
         with engine.open_store() as store:
-            make_snapshot(root, files, functions, tests, store)
+            make_snapshot(root, files, functions, tests, store, captures)
         path, old, new = CHANGES["one function body"]
         target = root / path
         target.write_text(target.read_text().replace(old, new, 1))
@@ -88,8 +92,9 @@ def queues(workers: int, jobs: int, job_ms: float, redis_url: str) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tests", type=int, nargs="+", default=[1000, 5000, 20000])
-    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument("--tests", type=int, nargs="+", default=[1000, 5000, 20000, 50000])
+    ap.add_argument("--captures", type=int, default=2, help="captured calls per test")
+    ap.add_argument("--workers", type=int, nargs="*", default=[1, 2, 4, 8])
     ap.add_argument("--jobs", type=int, default=400)
     ap.add_argument("--job-ms", type=float, default=20.0)
     ap.add_argument("--repeat", type=int, default=3)
@@ -99,9 +104,11 @@ def main() -> None:
     print(f"{'tests':>7} {'blocks':>8} {'selected':>9} {'plan median':>12}")
     for tests in args.tests:
         files = max(100, tests // 10)
-        seconds, selected = selection(tests, files, 40, args.repeat)
+        seconds, selected = selection(tests, files, 40, args.repeat, args.captures)
         print(f"{tests:>7} {files * 41 + tests:>8} {selected:>9} {seconds * 1000:>10.0f}ms",
               flush=True)
+    if not args.workers:
+        return
     print(f"\n{'workers':>7} {'jobs':>5} {'wall':>8} {'ideal':>8} {'overhead/job':>13} "
           f"{'jobs/s':>7}")
     for workers in args.workers:

@@ -56,7 +56,10 @@ def make_repo(root: Path, files: int, functions: int, tests: int) -> None:
     git(root, "commit", "-q", "-m", "synthetic")
 
 
-def make_snapshot(root: Path, files: int, functions: int, tests: int, store) -> None:
+def make_snapshot(root: Path, files: int, functions: int, tests: int, store,
+                  captures: int = 0) -> None:
+    """`captures`: module calls captured per test, each with the lines it ran (about 30 in
+    each of 4 files), and the test's own line map: the shape of a torch suite's evidence."""
     repo = Repo.find(root)
     commit = repo.head()
     tree = repo.tree(commit)
@@ -71,9 +74,24 @@ def make_snapshot(root: Path, files: int, functions: int, tests: int, store) -> 
             blocks[f"pkg/m{f}.py"] = sorted({f"f{rng.randrange(functions)}" for _ in range(8)})
         blocks[f"tests/test_{t // per_file}.py"] = [f"test_{t}"]
         data = f"data/d{rng.randrange(20)}.txt"
+        modules = None
+        lines: dict[str, tuple[int, ...]] | None = None
+        if captures:
+            ran = {p: tuple(sorted(rng.sample(range(1, 200), 30))) for p in blocks}
+            lines = ran
+            modules = {"captures": [
+                {"index": i, "module": f"pkg.m{i}.Net", "digest": f"{t:032x}{i:032x}",
+                 "size": 4096, "why": None, "env": {},
+                 "out": {"out": {"shape": [8, 16], "dtype": "float32", "hash": f"{i:016x}"}},
+                 "lines": {p: sorted(rng.sample(range(1, 200), 30))
+                           for p in rng.sample(sorted(blocks), 4)}}
+                for i in range(captures)],
+                "outside": {p: list(ls[:10]) for p, ls in ran.items()},
+                "inside": {}, "sys_path": ["."]}
         records[test_id] = TestRecord(
             test_id=test_id, outcome="passed", duration=rng.lognormvariate(-3, 1.5),
-            blocks={p: tuple(q) for p, q in blocks.items()}, files={data: tree[data]})
+            blocks={p: tuple(q) for p, q in blocks.items()}, files={data: tree[data]},
+            lines=lines, modules=modules)
     store.save_snapshot(Snapshot(commit=commit, environment=current(), tree=tree,
                                  tests=records))
 

@@ -46,6 +46,10 @@ class Settings:
     retention_days: float = 30.0
     """`fastci gc` keeps the snapshots of the last this many days, and the newest of each
     branch and environment however old (`store/retention.py`)."""
+    recorder: str = "auto"
+    """How lines are measured while recording: "sysmon" (sys.monitoring, Python 3.12+),
+    "coverage" (coverage.py's C tracer) or "auto" (sysmon where the Python has it). Both give
+    the same evidence; sysmon costs far less. `FASTCI_RECORDER` overrides it."""
     mode: str = "enforce"
     """"enforce": run the selection. "shadow": select, but run every test, and record in the
     store's audit what the selection would have missed (`fastci audit`): how a team earns
@@ -69,6 +73,7 @@ class Settings:
 _TUPLES = {"dimensions", "blocking", "ignore"}
 _NUMBERS = {"failure_half_life", "capture_budget_mb", "retention_days"}
 PRUNE_MODES = ("exact", "tolerance", "off")
+RECORDERS = ("auto", "sysmon", "coverage")
 
 
 def load(root: Path, environ: dict[str, str] | None = None) -> Settings:
@@ -114,6 +119,9 @@ def _checked(name: str, value: object) -> str | float | tuple[str, ...]:
         raise ConfigError(f"[tool.fastci] mode must be 'enforce' or 'shadow', not {value!r}")
     if name == "prune" and value not in PRUNE_MODES:
         raise ConfigError(f"[tool.fastci] prune must be one of {', '.join(PRUNE_MODES)}, "
+                          f"not {value!r}")
+    if name == "recorder" and value not in RECORDERS:
+        raise ConfigError(f"[tool.fastci] recorder must be one of {', '.join(RECORDERS)}, "
                           f"not {value!r}")
     if not isinstance(value, str):
         raise ConfigError(f"[tool.fastci] {name} must be a string")

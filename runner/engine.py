@@ -174,6 +174,14 @@ class Engine:
 
         paths = {p for d in selection.selected for p, _ in d.prunable}
         old_inv = self._old_inventories(store, snapshot, paths)
+        # Module calls are stored apart from the evidence selection decodes: load those of
+        # the candidates only.
+        wanted = [d.test_id for d in selection.selected if d.prunable or d.prune_conditions]
+        found = store.load_modules(snapshot.commit, snapshot.env_key, wanted)
+        if found:
+            snapshot = replace(snapshot, tests={
+                **snapshot.tests, **{t: replace(snapshot.tests[t], modules=m)
+                                     for t, m in found.items() if t in snapshot.tests}})
         outcome = prune.prune(self.repo, store, selection, snapshot, head, head_tree, old_inv,
                               mode=self.settings.prune, progress=self.progress,
                               replayer=self.replayer)
@@ -298,7 +306,9 @@ class Engine:
         if snapshot is not None:  # the base's scope, or the whole repository (--all-tests)
             recording = replace(recording, scope=planned.inputs.scope.to_json())
         if snapshot is not None:
-            base = store.load_snapshot(snapshot.commit, snapshot.env_key, with_lines=True)
+            # Carried tests keep their line maps and module calls.
+            base = store.load_snapshot(snapshot.commit, snapshot.env_key, with_lines=True,
+                                       with_modules=True)
             assert base is not None, f"the evidence of {snapshot.commit[:12]} left the store"
             extra = planned.pruning.head_lines if planned.pruning else {}
             store_run(store, self.repo, base, recording, collected, planned.renames,

@@ -39,7 +39,9 @@ class TestRecord:
     carried_from: str | None = None  # commit whose run produced this evidence
     lines: Mapping[str, tuple[int, ...]] | None = None  # loaded on demand (coverage)
     modules: Mapping | None = None
-    """Captured module calls and which lines ran inside them (`capture.py`), or None."""
+    """Captured module calls and which lines ran inside them (`capture.py`), or None. Stored
+    apart from the payload (only pruning reads it): None until loaded with `with_modules` or
+    `load_modules`."""
     dynamic: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """path -> module-level names the test read by string (getattr, import_module); the
     name DYNAMIC_ALL means it read the module's namespace as a whole (vars, __dict__)."""
@@ -58,11 +60,10 @@ class TestRecord:
         return self.outcome in ("failed", "error")
 
     def payload(self) -> bytes:
-        """The part selection reads, compressed for the store."""
+        """The part selection reads, compressed for the store (`modules` is stored apart:
+        `modules_payload`)."""
         body: dict[str, object] = {"b": self.blocks, "f": self.files, "d": list(self.dirs),
                                    "k": self.kernels, "s": list(self.spawns)}
-        if self.modules is not None:
-            body["m"] = self.modules
         if self.dynamic:
             body["y"] = self.dynamic
         if self.code:
@@ -75,12 +76,15 @@ class TestRecord:
             body["n"] = True
         return _pack(body)
 
+    def modules_payload(self) -> bytes | None:
+        """The part only pruning reads: captured calls and the lines that ran in each."""
+        return None if self.modules is None else _pack(self.modules)
+
     @classmethod
     def from_payload(cls, data: bytes, **fields) -> "TestRecord":
         body = _unpack(data)
         return cls(blocks={p: tuple(q) for p, q in body["b"].items()}, files=body["f"],
                    dirs=tuple(body["d"]), kernels=body["k"], spawns=tuple(body["s"]),
-                   modules=body.get("m"),
                    dynamic={p: tuple(n) for p, n in body.get("y", {}).items()},
                    code=body.get("c", {}),
                    child_blocks={p: tuple(q) for p, q in body.get("cb", {}).items()},
@@ -139,3 +143,4 @@ def _unpack(data: bytes) -> dict:
 
 pack = _pack
 unpack = _unpack
+unpack_modules = _unpack

@@ -44,3 +44,20 @@ def test_dimension_comes_from_the_first_dimension_marker(tmp_path):
 def test_bad_settings_name_the_problem(tmp_path, text, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         load(write(tmp_path, text), environ={})
+
+
+def test_the_recorder_setting_picks_the_line_recorder(tmp_path):
+    import sys
+
+    from fastci.runner.record.lines import choose
+
+    assert load(tmp_path).recorder == "auto"
+    assert load(tmp_path, {"FASTCI_RECORDER": "coverage"}).recorder == "coverage"
+    with pytest.raises(ConfigError, match="recorder must be one of"):
+        load(tmp_path, {"FASTCI_RECORDER": "settrace"})
+    assert choose("coverage") == ("coverage", "forced by the recorder setting")
+    if sys.version_info < (3, 12):  # no sys.monitoring: coverage, whatever was asked
+        assert choose("auto") == ("coverage", "sys.monitoring needs Python 3.12+")
+        assert choose("sysmon")[0] == "coverage"
+    else:
+        assert choose("auto")[0] == choose("sysmon")[0] == "sysmon"

@@ -69,9 +69,11 @@ def test_reach_keeps_replays_by_their_capture_and_inventories_by_blob():
                         modules={"captures": [{"digest": "c1"}, {"digest": None},
                                               {"why": "over the capture budget"}]})
     reach = Reach()
-    reach.add_evidence(record.payload())
+    packed = record.modules_payload()
+    assert packed is not None and b"c1" not in record.payload()  # apart from the evidence
+    reach.add_modules(packed)
     reach.add_tree(pack({"a.py": "blob1"}))
-    assert captures_in(record.payload()) == {"c1"}
+    assert captures_in(packed) == {"c1"}
     assert reach.keeps("replays", "c1:0123abcd:exact")
     assert not reach.keeps("replays", "c2:0123abcd:exact")
     assert reach.keeps("inventories", "blob1") and not reach.keeps("inventories", "blob2")

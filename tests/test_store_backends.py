@@ -82,6 +82,7 @@ def test_the_protocol_declares_what_callers_use():
             "replay_result", "save_replay_results", "save_snapshot", "snapshot_envs",
             "commits_with_evidence", "load_snapshot", "add_audit", "audits", "add_history",
             "outcomes", "durations", "cofailure_rates", "flip_history", "gc", "close",
+            "load_modules",
             "__enter__", "__exit__"} <= set(PROTOCOL_METHODS)
 
 
@@ -124,6 +125,30 @@ def test_snapshots_round_trip_alike(store: EvidenceStore):
             (test.blocks, test.files, test.kernels, test.lines)
         assert got.dimension == "convergence" and got.markers == ("convergence",)
         assert without_lines.tests[test_id].lines is None
+
+
+def test_module_calls_load_only_when_asked(store: EvidenceStore):
+    """Selection decodes a snapshot without its module calls (pruning's part, most of the
+    bytes); pruning loads them for its candidates only, carry-forward with the snapshot."""
+    modules = {"captures": [{"index": 0, "module": "pkg.a.Net", "digest": "d" * 64,
+                             "lines": {"pkg/a.py": [1, 2]}}],
+               "outside": {"pkg/a.py": [3]}, "inside": {}, "sys_path": ["."]}
+    base = snapshot()
+    first, second, third = sorted(base.tests)
+    tests = {**base.tests, first: replace(base.tests[first], modules=modules),
+             second: replace(base.tests[second], modules={**modules, "sys_path": []})}
+    store.save_snapshot(replace(base, tests=tests))
+    env = base.environment.digest
+    plain = store.load_snapshot("c1", env, with_lines=True)
+    assert all(t.modules is None for t in plain.tests.values())
+    assert plain.tests[first].blocks == base.tests[first].blocks
+    full = store.load_snapshot("c1", env, with_modules=True)
+    assert full.tests[first].modules == modules and full.tests[third].modules is None
+    assert full.tests[second].modules["sys_path"] == []
+    assert store.load_modules("c1", env, [first, third, "tests/nope.py::t"]) == \
+        {first: modules}
+    assert store.load_modules("c1", env, []) == {}
+    assert store.load_modules("c9", env, [first]) == {}
 
 
 def test_saving_a_commit_again_replaces_it(store: EvidenceStore):
@@ -264,12 +289,15 @@ def test_gc_keeps_what_the_rule_keeps_and_everything_they_reach(store: EvidenceS
     assert counts["snapshots"] == (3, 2)  # b, d, a@elsewhere kept; c and a@here deleted
     assert counts["captures"] == (4, 2) and counts["replays"] == (4, 2)  # c, the orphan
     assert counts["inventories"] == (4, 2) and counts["trees"] == (3, 1)
-    assert all(report.kinds[k].bytes > 0 for k in ("snapshots", "trees", "evidence",
+    assert counts["modules"] == (4, 1)  # one per capture: a, b, d, shared kept; c deleted
+    # (The tests' evidence is alike in every snapshot, so it is shared and stays; what
+    # differs between them is their module calls.)
+    assert all(report.kinds[k].bytes > 0 for k in ("snapshots", "trees", "modules",
                                                     "captures", "replays", "inventories"))
     # Kept: whole, with everything they reach (a gc that deletes too much loses evidence).
     here = current().digest
     for commit, env in (("b", here), ("d", here), ("a", elsewhere.digest)):
-        loaded = store.load_snapshot(commit, env, with_lines=True)
+        loaded = store.load_snapshot(commit, env, with_lines=True, with_modules=True)
         expected = snaps["a@elsewhere" if env == elsewhere.digest else commit]
         assert loaded is not None and loaded.tree == expected.tree
         assert set(loaded.tests) == set(expected.tests)

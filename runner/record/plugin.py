@@ -70,6 +70,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     if not getattr(ns, "fastci_record", False):
         return
     # Imported here: pytest loads the plugin in every run, and only a recording pays for these.
+    from fastci.runner.config import ConfigError, load  # noqa: PLC0415 (start-up)
     from fastci.runner.git import GitError, Repo  # noqa: PLC0415 (start-up)
     from fastci.runner.record.recorder import Recorder  # noqa: PLC0415 (start-up)
 
@@ -77,7 +78,11 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         repo = Repo.find(early_config.invocation_params.dir)
     except GitError as exc:
         raise pytest.UsageError(f"fastci: cannot record: {exc}") from None
-    recorder = Recorder(repo)
+    try:
+        which = load(repo.root).recorder
+    except ConfigError as exc:
+        raise pytest.UsageError(f"fastci: {exc}") from None
+    recorder = Recorder(repo, which)
     recorder.start()
     early_config.stash[_recorder_key] = recorder
 
@@ -102,7 +107,8 @@ def pytest_report_header(config: pytest.Config) -> str:
         return "fastci: off (pass --fastci-record to record evidence, or use `fastci run`)"
     parts = []
     if recorder is not None:
-        parts.append(f"recording evidence in {recorder.repo.root}")
+        parts.append(f"recording evidence in {recorder.repo.root} with "
+                     f"{recorder.line_recorder} ({recorder.line_recorder_why})")
     if plan:
         parts.append(f"running the plan in {plan}")
     return "fastci: " + "; ".join(parts)

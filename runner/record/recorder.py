@@ -1,8 +1,9 @@
 """Recording runtime evidence inside a pytest process.
 
-coverage.py measures lines with one dynamic context per test (its C tracer; we write no
-tracer). Work that is shared between tests gets a context of its own and is then credited
-to every test that depends on it:
+Lines are measured per context by one of two line recorders (`lines.py`): on Python 3.12+
+a sys.monitoring recorder that sees each line once per context, before that coverage.py's C
+tracer with one dynamic context per test. Work that is shared between tests gets a context
+of its own and is then credited to every test that depends on it:
 
 - `fixture:<scope>:<id>`: a fixture broader than a function, set up once, credited to each
   test that uses it (otherwise only the first test would carry a session fixture's code);
@@ -33,14 +34,12 @@ from fastci.runner.analysis.blocks import MODULE, FileBlocks
 from fastci.runner.analysis.environment import Environment, current, is_manifest, lock_hash
 from fastci.runner.evidence import DYNAMIC_ALL, SESSION, Snapshot, TestRecord
 from fastci.runner.git import WORKTREE, Repo
-from fastci.runner.record import tracing
+from fastci.runner.record import lines, tracing
 from fastci.runner.record.capture import CAPTURED, INSIDE, ModuleCapture
 from fastci.runner.record.children import Children
 from fastci.runner.record.fileaccess import FileEvents
 
 if TYPE_CHECKING:
-    import coverage
-
     from fastci.runner.store import EvidenceStore
 
 SESSION_CONTEXT = ""
@@ -87,7 +86,7 @@ class Recording:
 
 
 class Recorder:
-    def __init__(self, repo: Repo) -> None:
+    def __init__(self, repo: Repo, recorder: str = "auto") -> None:
         self.repo = repo
         self.root = str(repo.root)
         self.tree = repo.tree(WORKTREE)  # the code under test, as the session starts
@@ -101,7 +100,9 @@ class Recorder:
         self.started_at = time.time()
         self.first_failure_at: float | None = None
         self._stack: list[str] = []
-        self._cov: coverage.Coverage | None = None
+        # Which line recorder measures (lines.py), and why that one.
+        self.line_recorder, self.line_recorder_why = lines.choose(recorder)
+        self._lines: lines.LineRecorder | None = None
         self._kernel_hook = tracing.KernelHook(self._on_launch, self.untraced)
         self._derived: dict[str, set[str]] = defaultdict(set)
         self.capture: ModuleCapture | None = None
@@ -121,14 +122,15 @@ class Recorder:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
-        import coverage  # noqa: PLC0415 (only a recording session pays for it)
-
         omit = ["*/site-packages/*", "*/.venv/*", "*/.fastci/*", "*/.git/*"]
-        cov = self._cov = coverage.Coverage(
-            data_file=None, source=[self.root], branch=False, config_file=False,
-            omit=omit, messages=False)
-        cov.start()
-        cov.switch_context(SESSION_CONTEXT)
+        self._lines = lines.make(self.line_recorder, self.root, omit)
+        try:
+            self._lines.start()
+        except RuntimeError as exc:  # the tool id was taken meanwhile: coverage records
+            self.line_recorder, self.line_recorder_why = "coverage", str(exc)
+            self._lines = lines.make("coverage", self.root, omit)
+            self._lines.start()
+        self._lines.switch(SESSION_CONTEXT)
         tracing.start(self._on_file)
         tracing.patch_cached_property()
         tracing.start_reading(self.root, self._adopt)
@@ -143,12 +145,12 @@ class Recorder:
         """In a forked child: the parent's hooks stop here; the child records on its own."""
         tracing.stop()
         self._kernel_hook.uninstall()
-        if self._cov is not None:
+        if self._lines is not None:
             try:
-                self._cov.stop()
+                self._lines.forget()
             except Exception:  # a child's coverage may already be gone; it records on its own
                 pass
-        self._cov = None
+        self._lines = None
         self.file_events = None  # the parent drains the kernel's events, not the child
         self.children = None
 
@@ -165,15 +167,15 @@ class Recorder:
 
     @contextmanager
     def untraced(self) -> Iterator[None]:
-        collector = getattr(self._cov, "_collector", None)
-        if collector is None:
+        recorder = self._lines
+        if recorder is None:
             yield
             return
-        collector.pause()
+        recorder.pause()
         try:
             yield
         finally:
-            collector.resume()
+            recorder.resume()
 
     def install_kernel_hook(self) -> None:
         self._kernel_hook.install()
@@ -192,8 +194,8 @@ class Recorder:
 
     def switch(self, context: str) -> None:
         self.context = context
-        if self._cov is not None:
-            self._cov.switch_context(context)
+        if self._lines is not None:
+            self._lines.switch(context)
         self._route(context)
 
     def _route(self, context: str) -> None:
@@ -346,23 +348,21 @@ class Recorder:
         self._kernel_hook.uninstall()
         if self.capture is not None:
             self.capture.uninstall()
-        if self._cov is not None:
-            self._cov.stop()
+        if self._lines is not None:
+            self._lines.stop()
 
     def _lines_by_context(self) -> dict[str, dict[str, set[int]]]:
         """context -> path -> executed lines, for the repository's files as the session
         started (a file outside it, or written during the run, is no evidence)."""
         lines_by_context: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
-        if self._cov is None:
+        if self._lines is None:
             return lines_by_context
-        data = self._cov.get_data()
-        for filename in data.measured_files():
-            rel = os.path.relpath(filename, self.root)
-            if rel.startswith("..") or rel not in self.tree:
-                continue  # outside the repo, or written during the run
-            for line, contexts in data.contexts_by_lineno(filename).items():
-                for context in contexts:
-                    lines_by_context[context][rel].add(line)
+        for context, by_file in self._lines.lines().items():
+            for filename, ls in by_file.items():
+                rel = os.path.relpath(filename, self.root)
+                if rel.startswith("..") or rel not in self.tree:
+                    continue  # outside the repo, or written during the run
+                lines_by_context[context][rel] |= ls
         return lines_by_context
 
     def _test_records(self, inventories: dict[str, FileBlocks],

@@ -33,6 +33,12 @@ untouched, because this FastCI cannot know what the newer one stored.
      column in SQLite, a `scope` field in a Redis snapshot's hash). A FastCI of version 4
      would drop the field when carrying evidence forward and select the rest of the
      repository as new again; bumped so that it refuses a version-5 store.
+  6  module calls (`TestRecord.modules`: captures and the lines that ran in each, about 70%
+     of a snapshot's payload bytes) leave the evidence payload for a table (SQLite
+     `modules`, a `tests.modules` digest column) and key kind (Redis `<prefix>:mod:<digest>`,
+     a tenth field of each test's row) of their own, which only pruning and carry-forward
+     load (`with_modules`, `load_modules`): selection decodes only what it reads. gc keeps
+     the module calls a kept snapshot's tests name, and the captures those name.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ if TYPE_CHECKING:
     from fastci.runner.evidence import Snapshot, TestRecord
     from fastci.runner.store.retention import GcReport, Retention
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 __all__ = ["SCHEMA_VERSION", "EvidenceStore", "StoreError", "newer_version_error",
            "older_version_message"]
@@ -94,14 +100,23 @@ class EvidenceStore(Protocol):
 
     def commits_with_evidence(self, env_digest: str | None = None) -> set[str]: ...
 
-    def load_snapshot(self, commit: str, env_digest: str, *, with_lines: bool = False
-                      ) -> Snapshot | None: ...
+    def load_snapshot(self, commit: str, env_digest: str, *, with_lines: bool = False,
+                      with_modules: bool = False) -> Snapshot | None:
+        """The snapshot; its tests' `lines` only `with_lines`, their `modules` (captured
+        calls, for pruning) only `with_modules`: selection reads neither."""
+        ...
+
+    def load_modules(self, commit: str, env_digest: str, test_ids: Iterable[str]
+                     ) -> dict[str, dict]:
+        """The captured module calls (`TestRecord.modules`) of some tests of a snapshot;
+        a test without any is absent."""
+        ...
 
     # -- retention ---------------------------------------------------------------------------
     def gc(self, retention: Retention, *, dry_run: bool = False) -> GcReport:
         """Delete the snapshots `retention` does not keep, then the trees, evidence, line
-        maps, captures, replays and inventories no kept snapshot reaches (the rule is in
-        `retention.py`); with dry_run, only count them. Safe while other processes write:
+        maps, module calls, captures, replays and inventories no kept snapshot reaches (the
+        rule is in `retention.py`); with dry_run, only count them. Safe while other processes write:
         a snapshot saved during gc is either seen and kept whole or left untouched, never
         half-deleted (each backend says how)."""
         ...

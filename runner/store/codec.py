@@ -24,12 +24,14 @@ class SnapshotParts:
     tree_data: bytes
     evidence: dict[str, bytes]  # digest -> packed payload
     lines: dict[str, bytes]  # digest -> packed line map
-    tests: list[tuple[TestRecord, str, str | None]]  # (test, evidence digest, lines digest)
+    modules: dict[str, bytes]  # digest -> packed module calls (only pruning reads them)
+    tests: list[tuple[TestRecord, str, str | None, str | None]]
+    """(test, evidence digest, lines digest, modules digest)"""
 
 
 def snapshot_parts(snap: Snapshot) -> SnapshotParts:
     tree_data = pack(dict(snap.tree))
-    evidence, lines, tests = {}, {}, []
+    evidence, lines, modules, tests = {}, {}, {}, []
     for test in snap.tests.values():
         payload = test.payload()
         digest = hashlib.sha256(payload).hexdigest()
@@ -39,9 +41,14 @@ def snapshot_parts(snap: Snapshot) -> SnapshotParts:
             packed = pack_lines(test.lines)
             lines_digest = hashlib.sha256(packed).hexdigest()
             lines[lines_digest] = packed
-        tests.append((test, digest, lines_digest))
+        modules_digest = None
+        packed_modules = test.modules_payload()
+        if packed_modules is not None:
+            modules_digest = hashlib.sha256(packed_modules).hexdigest()
+            modules[modules_digest] = packed_modules
+        tests.append((test, digest, lines_digest, modules_digest))
     return SnapshotParts(hashlib.sha256(tree_data).hexdigest(), tree_data, evidence, lines,
-                         tests)
+                         modules, tests)
 
 
 def inventory_to_json(fb: FileBlocks) -> dict:

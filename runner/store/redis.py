@@ -2,9 +2,10 @@
 
 A fleet of runners shares one store this way: any runner can select for any commit. Keys
 (all under a prefix, default `fastci:evidence`) mirror the SQLite tables: content-addressed
-inventories, trees, evidence payloads, line maps and captures; a hash per snapshot and one
-of its tests; history as capped lists. Losing it costs time (everything runs once more),
-never safety: a commit without evidence selects every test.
+inventories, trees, evidence payloads, line maps, module calls (`mod`, read only by
+pruning) and captures; a hash per snapshot and one of its tests; history as capped lists.
+Losing it costs time (everything runs once more), never safety: a commit without evidence
+selects every test.
 
     --store redis://host:6379/0            (or FASTCI_STORE, or [tool.fastci] store)
     --store redis://host:6379/0?prefix=team-a
@@ -28,7 +29,14 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from fastci.runner.analysis.blocks import FileBlocks
 from fastci.runner.analysis.environment import Environment
-from fastci.runner.evidence import Snapshot, TestRecord, pack, unpack, unpack_lines
+from fastci.runner.evidence import (
+    Snapshot,
+    TestRecord,
+    pack,
+    unpack,
+    unpack_lines,
+    unpack_modules,
+)
 from fastci.runner.store.base import (
     SCHEMA_VERSION,
     StoreError,
@@ -47,7 +55,8 @@ GC_ATTEMPTS = 5  # gc plans again when a snapshot was saved meanwhile, at most t
 GC_BATCH = 1000
 # gc's key kinds, and what the rest of such a key must look like for gc to touch it (another
 # store's prefix may extend ours: "p" and "p:ev" share "p:ev:*", and only digests are ours).
-_GC_KINDS = {"trees": "tree", "evidence": "ev", "lines": "lines", "captures": "cap",
+_GC_KINDS = {"trees": "tree", "evidence": "ev", "lines": "lines", "modules": "mod",
+             "captures": "cap",
              "replays": "replay", "inventories": "inv"}
 _DIGEST = re.compile(r"[0-9a-f]{40,64}\Z")
 _REPLAY = re.compile(r"[0-9a-f]{64}:[0-9a-f]{1,64}:[a-z]{1,32}\Z")
@@ -221,8 +230,9 @@ class RedisEvidenceStore:
         rows: dict[FieldT, EncodableT] = {
             test.test_id: json.dumps([test.outcome, test.duration, digest, lines_digest,
                                       list(test.markers), test.dimension,
-                                      test.peak_memory, test.cuda, test.carried_from])
-            for test, digest, lines_digest in parts.tests}
+                                      test.peak_memory, test.cuda, test.carried_from,
+                                      modules_digest])
+            for test, digest, lines_digest, modules_digest in parts.tests}
         env = snap.environment
         key = self._k("snap", snap.commit, env.digest)
         created_at = repr(snap.created_at or time.time())
@@ -236,7 +246,7 @@ class RedisEvidenceStore:
         # `gc` watches: a snapshot is never saved against a part gc is deleting (see gc).
         pipe = self._r.pipeline(transaction=True)
         for kind, items in (("tree", {tree_digest: tree_data}), ("ev", evidence),
-                            ("lines", lines)):
+                            ("lines", lines), ("mod", parts.modules)):
             for digest, data in items.items():
                 pipe.set(self._k(kind, digest), data, nx=True)
         pipe.delete(key, key + ":tests")
@@ -262,8 +272,8 @@ class RedisEvidenceStore:
         key = self._k("all-commits") if env_digest is None else self._k("envs", env_digest)
         return {_bytes(c).decode() for c in self._r.smembers(key)}
 
-    def load_snapshot(self, commit: str, env_digest: str, *, with_lines: bool = False
-                      ) -> Snapshot | None:
+    def load_snapshot(self, commit: str, env_digest: str, *, with_lines: bool = False,
+                      with_modules: bool = False) -> Snapshot | None:
         key = self._k("snap", commit, env_digest)
         meta = {_bytes(k).decode(): _bytes(v).decode() for k, v in self._r.hgetall(key).items()}
         if not meta:
@@ -277,9 +287,11 @@ class RedisEvidenceStore:
         payloads = self._get_many("ev", {r[2] for r in rows.values()})
         line_blobs = self._get_many("lines", {r[3] for r in rows.values() if r[3]}) \
             if with_lines else {}
+        module_blobs = self._get_many("mod", {r[9] for r in rows.values() if r[9]}) \
+            if with_modules else {}
         tests = {}
         for test_id, (outcome, duration, digest, lines_digest, markers, dimension, peak, cuda,
-                      carried) in rows.items():
+                      carried, modules_digest) in rows.items():
             if digest not in payloads:
                 continue  # an evicted payload: the test counts as new (it runs)
             test = TestRecord.from_payload(
@@ -288,6 +300,8 @@ class RedisEvidenceStore:
                 cuda=bool(cuda), carried_from=carried)
             if with_lines and lines_digest in line_blobs:
                 test = replace(test, lines=unpack_lines(line_blobs[lines_digest]))
+            if with_modules and modules_digest in module_blobs:
+                test = replace(test, modules=unpack_modules(module_blobs[modules_digest]))
             tests[test_id] = test
         return Snapshot(commit=commit, environment=Environment.from_json(meta["env_json"]),
                         tree=unpack(tree), tests=tests,
@@ -297,6 +311,18 @@ class RedisEvidenceStore:
                         scope=json.loads(meta.get("scope", "{}")),
                         env_key=env_digest)
 
+    def load_modules(self, commit: str, env_digest: str, test_ids: Iterable[str]
+                     ) -> dict[str, dict]:
+        """The captured module calls of some tests of a snapshot (pruning's candidates)."""
+        ids = sorted(set(test_ids))
+        if not ids:
+            return {}
+        rows = self._r.hmget(self._k("snap", commit, env_digest, "tests"), ids)
+        digests = {test_id: json.loads(_bytes(row))[9]
+                   for test_id, row in zip(ids, rows) if row is not None}
+        blobs = self._get_many("mod", {d for d in digests.values() if d})
+        return {t: unpack_modules(blobs[d]) for t, d in digests.items() if d in blobs}
+
     # -- retention ------------------------------------------------------------------------------
     def gc(self, retention: Retention, *, dry_run: bool = False) -> GcReport:
         """Delete the snapshots `retention` does not keep and whatever no kept snapshot
@@ -304,8 +330,8 @@ class RedisEvidenceStore:
 
         Safe against writers without stopping them: gc WATCHes `<prefix>:writes`, reads and
         plans, then deletes in one MULTI. `save_snapshot` writes a snapshot's parts (tree,
-        evidence, lines), its keys and an INCR of `writes` in one MULTI of its own. So a
-        snapshot saved before gc's EXEC either came before gc read (gc saw it and keeps
+        evidence, lines, module calls), its keys and an INCR of `writes` in one MULTI of its
+        own. So a snapshot saved before gc's EXEC either came before gc read (gc saw it and keeps
         what it reaches) or made the EXEC fail (gc plans again, at most GC_ATTEMPTS times);
         one saved after it writes its parts again (SET NX finds them gone). No snapshot is
         ever left without its parts. Captures, replays and inventories are saved outside
@@ -368,10 +394,12 @@ class RedisEvidenceStore:
                 if b"tree" in meta:
                     reach.trees.add(_bytes(meta[b"tree"]).decode())
                 for row in tests.values():
-                    _, _, digest, lines, *_ = json.loads(_bytes(row))
-                    reach.evidence.add(digest)
-                    if lines:
-                        reach.lines.add(lines)
+                    fields = json.loads(_bytes(row))
+                    reach.evidence.add(fields[2])
+                    if fields[3]:
+                        reach.lines.add(fields[3])
+                    if fields[9]:
+                        reach.modules.add(fields[9])
                 continue
             size = sum(len(k) + len(v) for k, v in (*meta.items(), *tests.items()))
             report.count("snapshots", False, size)
@@ -390,10 +418,10 @@ class RedisEvidenceStore:
         """Add to `plan` every part of the store that `reach` does not keep."""
         for data in self._get_many("tree", sorted(reach.trees)).values():
             reach.add_tree(data)
-        evidence = sorted(reach.evidence)
-        for start in range(0, len(evidence), GC_BATCH):
-            for data in self._get_many("ev", evidence[start:start + GC_BATCH]).values():
-                reach.add_evidence(data)
+        modules = sorted(reach.modules)
+        for start in range(0, len(modules), GC_BATCH):
+            for data in self._get_many("mod", modules[start:start + GC_BATCH]).values():
+                reach.add_modules(data)
         for kind, short in _GC_KINDS.items():
             head = self._k(short) + ":"
             pattern = re.sub(r"([\\\[\]*?])", r"\\\1", head) + "*"

@@ -16,8 +16,8 @@ The rule (`Retention.kept`), for `keep_days` N:
      pull request's head, a rebased-away commit, a commit git no longer knows) or on one
      with a newer snapshot nearer its tip in that environment.
 
-What a kept snapshot reaches is kept with it (`Reach`): its tree, its tests' evidence and
-line maps, the module captures its tests' evidence names, the cached replays of those
+What a kept snapshot reaches is kept with it (`Reach`): its tree, its tests' evidence,
+line maps and module calls, the captures those module calls name, the cached replays of those
 captures (keyed "capture:tree key:mode", `prune/decide.py`), and the inventories of the
 blobs in its tree. Everything else of those kinds is unreachable and goes. Evidence is a
 cache: what gc deletes costs time (a test is selected, a file parsed again), never safety;
@@ -39,7 +39,8 @@ from fastci.runner.evidence import unpack
 from fastci.runner.git import END, run_git
 
 DAY = 86400.0
-KINDS = ("snapshots", "trees", "evidence", "lines", "captures", "replays", "inventories")
+KINDS = ("snapshots", "trees", "evidence", "lines", "modules", "captures", "replays",
+         "inventories")
 
 __all__ = ["DAY", "KINDS", "GcReport", "KindCount", "Reach", "Retention", "SnapshotRef",
            "branch_histories", "check_days", "captures_in"]
@@ -105,13 +106,14 @@ class Reach:
     trees: set[str] = field(default_factory=set)
     evidence: set[str] = field(default_factory=set)
     lines: set[str] = field(default_factory=set)
+    modules: set[str] = field(default_factory=set)
     captures: set[str] = field(default_factory=set)
     blobs: set[str] = field(default_factory=set)  # git blob shas of the kept trees
 
     def add_tree(self, data: bytes) -> None:
         self.blobs.update(unpack(data).values())
 
-    def add_evidence(self, payload: bytes) -> None:
+    def add_modules(self, payload: bytes) -> None:
         self.captures |= captures_in(payload)
 
     def keeps(self, kind: str, key: str) -> bool:
@@ -124,8 +126,8 @@ class Reach:
 
 
 def captures_in(payload: bytes) -> set[str]:
-    """The capture digests a test's stored evidence names (`TestRecord.modules`)."""
-    modules = unpack(payload).get("m") or {}
+    """The capture digests a test's stored module calls name (`TestRecord.modules`)."""
+    modules = unpack(payload) or {}
     return {c["digest"] for c in modules.get("captures", ())
             if isinstance(c, dict) and c.get("digest")}
 

@@ -22,7 +22,14 @@ from typing import Iterable, Iterator
 
 from fastci.runner.analysis.blocks import FileBlocks
 from fastci.runner.analysis.environment import Environment
-from fastci.runner.evidence import Snapshot, TestRecord, pack, unpack, unpack_lines
+from fastci.runner.evidence import (
+    Snapshot,
+    TestRecord,
+    pack,
+    unpack,
+    unpack_lines,
+    unpack_modules,
+)
 from fastci.runner.store.base import (
     SCHEMA_VERSION,
     StoreError,
@@ -40,6 +47,7 @@ CREATE TABLE inventories (blob TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE trees (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE evidence (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE lines (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE modules (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE captures (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE replays (key TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE audit (id INTEGER PRIMARY KEY, at REAL NOT NULL, data TEXT NOT NULL);
@@ -63,6 +71,7 @@ CREATE TABLE tests (
     duration REAL NOT NULL,
     evidence TEXT NOT NULL REFERENCES evidence(digest),
     lines TEXT REFERENCES lines(digest),
+    modules TEXT REFERENCES modules(digest),
     markers TEXT NOT NULL,
     dimension TEXT NOT NULL,
     peak_memory INTEGER NOT NULL,
@@ -228,15 +237,17 @@ class SqliteEvidenceStore:
         tree_digest, tree_data = parts.tree_digest, parts.tree_data
         evidence_rows, line_rows = parts.evidence, parts.lines
         test_rows = [(test.test_id, test.outcome, test.duration, digest, lines_digest,
-                      json.dumps(list(test.markers)), test.dimension, test.peak_memory,
-                      int(test.cuda), test.carried_from)
-                     for test, digest, lines_digest in parts.tests]
+                      modules_digest, json.dumps(list(test.markers)), test.dimension,
+                      test.peak_memory, int(test.cuda), test.carried_from)
+                     for test, digest, lines_digest, modules_digest in parts.tests]
         env = snap.environment
         with _transaction(self._db):
             self._db.execute("INSERT OR IGNORE INTO trees VALUES (?, ?)", (tree_digest, tree_data))
             self._db.executemany("INSERT OR IGNORE INTO evidence VALUES (?, ?)",
                                  evidence_rows.items())
             self._db.executemany("INSERT OR IGNORE INTO lines VALUES (?, ?)", line_rows.items())
+            self._db.executemany("INSERT OR IGNORE INTO modules VALUES (?, ?)",
+                                 parts.modules.items())
             self._db.execute("DELETE FROM snapshots WHERE commit_sha=? AND env=?",
                              (snap.commit, env.digest))
             cur = self._db.execute(
@@ -249,7 +260,7 @@ class SqliteEvidenceStore:
                  json.dumps(dict(snap.scope), sort_keys=True)))
             sid = cur.lastrowid
             self._db.executemany(
-                "INSERT INTO tests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO tests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(sid, *row) for row in test_rows])
 
     def snapshot_envs(self, commit: str) -> list[tuple[str, Environment]]:
@@ -266,8 +277,8 @@ class SqliteEvidenceStore:
             rows = self._db.execute("SELECT commit_sha FROM snapshots WHERE env=?", (env_digest,))
         return {r[0] for r in rows}
 
-    def load_snapshot(self, commit: str, env_digest: str, *, with_lines: bool = False
-                      ) -> Snapshot | None:
+    def load_snapshot(self, commit: str, env_digest: str, *, with_lines: bool = False,
+                      with_modules: bool = False) -> Snapshot | None:
         row = self._db.execute(
             "SELECT s.id, s.env_json, t.data, s.import_time, s.session_files, s.created_at, "
             "s.source, s.scope FROM snapshots s JOIN trees t ON t.digest = s.tree "
@@ -277,28 +288,51 @@ class SqliteEvidenceStore:
         sid, env_json, tree_data, import_time, session_files, created_at, source, scope = row
         tests = {}
         query = ("SELECT t.test_id, t.outcome, t.duration, e.data, t.markers, t.dimension, "
-                 "t.peak_memory, t.cuda, t.carried_from, t.lines FROM tests t "
+                 "t.peak_memory, t.cuda, t.carried_from, t.lines, t.modules FROM tests t "
                  "JOIN evidence e ON e.digest = t.evidence WHERE t.snapshot=?")
-        line_digests = {}
+        line_digests, module_digests = {}, {}
         for (test_id, outcome, duration, data, markers, dimension, peak, cuda, carried,
-             lines) in self._db.execute(query, (sid,)):
+             lines, modules) in self._db.execute(query, (sid,)):
             tests[test_id] = TestRecord.from_payload(
                 data, test_id=test_id, outcome=outcome, duration=duration,
                 markers=tuple(json.loads(markers)), dimension=dimension, peak_memory=peak,
                 cuda=bool(cuda), carried_from=carried)
             if lines:
                 line_digests[test_id] = lines
+            if modules:
+                module_digests[test_id] = modules
         if with_lines and line_digests:
             blobs = self._blobs("lines", set(line_digests.values()))
             tests = {tid: replace(t, lines=unpack_lines(blobs[line_digests[tid]])
                                   if tid in line_digests else None)
                      for tid, t in tests.items()}
+        if with_modules and module_digests:
+            blobs = self._blobs("modules", set(module_digests.values()))
+            tests = {tid: replace(t, modules=unpack_modules(blobs[module_digests[tid]]))
+                     if module_digests.get(tid) in blobs else t for tid, t in tests.items()}
         return Snapshot(commit=commit, environment=Environment.from_json(env_json),
                         tree=unpack(tree_data), tests=tests,
                         import_time=json.loads(import_time),
                         session_files=json.loads(session_files),
                         created_at=created_at, source=source, env_key=env_digest,
                         scope=json.loads(scope))
+
+    def load_modules(self, commit: str, env_digest: str, test_ids: Iterable[str]
+                     ) -> dict[str, dict]:
+        """The captured module calls of some tests of a snapshot (pruning's candidates)."""
+        row = self._db.execute("SELECT id FROM snapshots WHERE commit_sha=? AND env=?",
+                               (commit, env_digest)).fetchone()
+        if row is None:
+            return {}
+        out: dict[str, dict] = {}
+        for chunk in _chunks(sorted(set(test_ids)), 500):
+            marks = ",".join("?" * len(chunk))
+            for test_id, data in self._db.execute(
+                    f"SELECT t.test_id, m.data FROM tests t JOIN modules m "
+                    f"ON m.digest = t.modules WHERE t.snapshot=? AND t.test_id IN ({marks})",
+                    (row[0], *chunk)):
+                out[test_id] = unpack_modules(data)
+        return out
 
     def _blobs(self, table: str, digests: set[str]) -> dict[str, bytes]:
         out: dict[str, bytes] = {}
@@ -327,7 +361,8 @@ class SqliteEvidenceStore:
             for (size,) in db.execute(
                     "SELECT length(s.env_json) + length(s.import_time) + "
                     "length(s.session_files) + coalesce((SELECT sum(length(t.test_id) + "
-                    "length(t.evidence) + coalesce(length(t.lines), 0) + length(t.markers)) "
+                    "length(t.evidence) + coalesce(length(t.lines), 0) + "
+                    "coalesce(length(t.modules), 0) + length(t.markers)) "
                     "FROM tests t WHERE t.snapshot = s.id), 0) FROM snapshots s "
                     "WHERE s.id IN (SELECT id FROM gc_dropped)"):
                 report.count("snapshots", False, size)
@@ -341,15 +376,18 @@ class SqliteEvidenceStore:
                 reach.add_tree(data)
             reach.lines.update(d for (d,) in db.execute(
                 f"SELECT DISTINCT lines FROM tests WHERE lines IS NOT NULL AND snapshot {live}"))
+            reach.evidence.update(d for (d,) in db.execute(
+                f"SELECT DISTINCT evidence FROM tests WHERE snapshot {live}"))
             for digest, data in db.execute(
-                    f"SELECT digest, data FROM evidence WHERE digest IN "
-                    f"(SELECT evidence FROM tests WHERE snapshot {live})"):
-                reach.evidence.add(digest)
-                reach.add_evidence(data)
+                    f"SELECT digest, data FROM modules WHERE digest IN "
+                    f"(SELECT modules FROM tests WHERE snapshot {live})"):
+                reach.modules.add(digest)
+                reach.add_modules(data)
             doomed: dict[str, list[str]] = {}
             for kind, table, key in (("trees", "trees", "digest"),
                                      ("evidence", "evidence", "digest"),
                                      ("lines", "lines", "digest"),
+                                     ("modules", "modules", "digest"),
                                      ("captures", "captures", "digest"),
                                      ("replays", "replays", "key"),
                                      ("inventories", "inventories", "blob")):
@@ -362,7 +400,8 @@ class SqliteEvidenceStore:
             if not dry_run:  # snapshots first: their tests cascade, then nothing refers on
                 db.execute("DELETE FROM snapshots WHERE id IN (SELECT id FROM gc_dropped)")
                 for table, key in (("trees", "digest"), ("evidence", "digest"),
-                                   ("lines", "digest"), ("captures", "digest"),
+                                   ("lines", "digest"), ("modules", "digest"),
+                                   ("captures", "digest"),
                                    ("replays", "key"), ("inventories", "blob")):
                     db.executemany(f"DELETE FROM {table} WHERE {key} = ?",
                                    [(k,) for k in doomed[table]])

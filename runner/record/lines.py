@@ -1,0 +1,239 @@
+"""Which lines of the repository ran, per context: the two line recorders.
+
+- `CoverageLines`: coverage.py's C tracer with one dynamic context per test context. It
+  receives an event for every line of every traced frame (and a call event for every Python
+  function, the repository's or not). Python 3.10 and 3.11.
+- `SysmonLines` (Python 3.12+, PEP 669's sys.monitoring): LINE events are switched on for the
+  repository's code objects only (a PY_START event sees each code object once, and is then
+  disabled for it), and each line's event is disabled after its first hit in a context.
+  Switching context re-arms every disabled event (`sys.monitoring.restart_events`), so each
+  line is seen once per context, never missed: the evidence is the same as coverage's.
+
+`choose()` picks one: `[tool.fastci] recorder` or `FASTCI_RECORDER` ("auto", "sysmon",
+"coverage"); "auto" is sysmon on 3.12+ and coverage before. Where sys.monitoring cannot be
+used (an older Python, no free tool id) the recorder is coverage, and the reason is kept.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import defaultdict
+from typing import Any, Protocol
+
+# Tool ids PEP 669 leaves to no convention (0 debugger, 1 coverage, 2 profiler, 5 optimizer):
+# coverage.py in our own children (sys.monitoring core) keeps its id 1.
+_TOOL_IDS = (4, 3)
+_OMIT = ("/site-packages/", "/.venv/", "/.fastci/", "/.git/")
+
+monitoring: Any = getattr(sys, "monitoring", None)
+
+
+class LineRecorder(Protocol):
+    name: str
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def forget(self) -> None: ...
+    def switch(self, context: str) -> None: ...
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
+    def lines(self) -> dict[str, dict[str, set[int]]]:
+        """context -> absolute file name -> lines that ran (files under the root)."""
+        ...
+
+
+def choose(setting: str) -> tuple[str, str]:
+    """(the recorder to use, why): `setting` is "auto", "sysmon" or "coverage"."""
+    if setting == "coverage":
+        return "coverage", "forced by the recorder setting"
+    if monitoring is None:
+        why = "sys.monitoring needs Python 3.12+"
+        return "coverage", (f"recorder 'sysmon' asked for, but {why}" if setting == "sysmon"
+                            else why)
+    if _free_tool_id() is None:
+        return "coverage", "no free sys.monitoring tool id"
+    return "sysmon", "Python 3.12+" if setting == "auto" else "forced by the recorder setting"
+
+
+def make(name: str, root: str, omit: list[str]) -> LineRecorder:
+    return SysmonLines(root) if name == "sysmon" else CoverageLines(root, omit)
+
+
+def _free_tool_id() -> int | None:
+    if monitoring is None:
+        return None
+    for tool in _TOOL_IDS:
+        if monitoring.get_tool(tool) is None:
+            return tool
+    return None
+
+
+class CoverageLines:
+    """coverage.py's C tracer, one dynamic context per test context."""
+
+    name = "coverage"
+
+    def __init__(self, root: str, omit: list[str]) -> None:
+        self.root = root
+        self.omit = omit
+        self._cov: Any = None
+
+    def start(self) -> None:
+        import coverage  # noqa: PLC0415 (only a recording session pays for it)
+
+        self._cov = coverage.Coverage(data_file=None, source=[self.root], branch=False,
+                                      config_file=False, omit=self.omit, messages=False)
+        self._cov.start()
+
+    def stop(self) -> None:
+        if self._cov is not None:
+            try:
+                self._cov.stop()
+            except Exception:  # a forked child's coverage may already be gone
+                pass
+
+    def forget(self) -> None:
+        """In a forked child: stop, and drop what the parent measured."""
+        self.stop()
+        self._cov = None
+
+    def switch(self, context: str) -> None:
+        if self._cov is not None:
+            self._cov.switch_context(context)
+
+    def pause(self) -> None:
+        collector = getattr(self._cov, "_collector", None)
+        if collector is not None:
+            collector.pause()
+
+    def resume(self) -> None:
+        collector = getattr(self._cov, "_collector", None)
+        if collector is not None:
+            collector.resume()
+
+    def lines(self) -> dict[str, dict[str, set[int]]]:
+        out: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
+        if self._cov is None:
+            return out
+        data = self._cov.get_data()
+        for filename in data.measured_files():
+            for line, contexts in data.contexts_by_lineno(filename).items():
+                for context in contexts:
+                    out[context][filename].add(line)
+        return out
+
+
+class SysmonLines:
+    """sys.monitoring: each line of the repository seen once per context.
+
+    Soundness: an event is only ever disabled after its line was noted in the running
+    context, and every switch of context (and the end of a pause) re-arms all of them, so no
+    line that runs in a context can go unnoted there.
+    """
+
+    name = "sysmon"
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.realpath(root)
+        self._prefix = self.root.rstrip(os.sep) + os.sep
+        self.tool: int | None = None
+        self._data: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
+        self._current: dict[str, set[int]] = self._data[""]
+        self._files: dict[str, str | None] = {}  # co_filename -> file under the root, or None
+        self._armed: list = []  # code objects with LINE events on (turned off at stop)
+        self._paused = 0
+        self._missed = False  # an event was disabled while paused: re-arm at resume
+        self.switches = 0
+
+    def start(self) -> None:
+        tool = _free_tool_id()
+        if tool is None:
+            raise RuntimeError("no free sys.monitoring tool id")
+        monitoring.use_tool_id(tool, "fastci")
+        self.tool = tool
+        events = monitoring.events
+        monitoring.register_callback(tool, events.PY_START, self._py_start)
+        monitoring.register_callback(tool, events.LINE, self._line)
+        monitoring.set_events(tool, events.PY_START)
+
+    def stop(self) -> None:
+        tool = self.tool
+        if tool is None:
+            return
+        self.tool = None
+        events = monitoring.events
+        monitoring.set_events(tool, 0)
+        for code in self._armed:
+            try:
+                monitoring.set_local_events(tool, code, 0)
+            except Exception:  # noqa: BLE001 - nothing to turn off
+                pass
+        self._armed.clear()
+        monitoring.register_callback(tool, events.PY_START, None)
+        monitoring.register_callback(tool, events.LINE, None)
+        monitoring.free_tool_id(tool)
+
+    def forget(self) -> None:
+        """In a forked child: stop, and drop what the parent measured."""
+        self.stop()
+        self._data.clear()
+
+    def switch(self, context: str) -> None:
+        self._current = self._data[context]
+        self.switches += 1
+        if self.tool is not None:
+            monitoring.restart_events()
+
+    def pause(self) -> None:
+        self._paused += 1
+
+    def resume(self) -> None:
+        self._paused -= 1
+        if not self._paused and self._missed and self.tool is not None:
+            self._missed = False
+            monitoring.restart_events()
+
+    def lines(self) -> dict[str, dict[str, set[int]]]:
+        out: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
+        for context, by_name in self._data.items():
+            for co_filename, ls in by_name.items():
+                filename = self._files.get(co_filename)
+                if filename is not None and ls:
+                    out[context][filename] |= ls
+        return out
+
+    # -- the callbacks (hot: keep them short) -------------------------------------------------
+    def _py_start(self, code, offset):  # noqa: ARG002 (sys.monitoring's signature)
+        co_filename = code.co_filename
+        filename = self._files.get(co_filename, False)
+        if filename is False:
+            filename = self._files[co_filename] = self._measured(co_filename)
+        if filename is not None and self.tool is not None:
+            try:
+                if not monitoring.get_local_events(self.tool, code):
+                    monitoring.set_local_events(self.tool, code, monitoring.events.LINE)
+                    self._armed.append(code)
+            except ValueError:  # not a code object sys.monitoring can instrument
+                pass
+        return monitoring.DISABLE
+
+    def _line(self, code, line):
+        if self._paused:
+            self._missed = True
+        else:
+            self._current[code.co_filename].add(line)
+        return monitoring.DISABLE
+
+    def _measured(self, co_filename: str) -> str | None:
+        """The file a code object comes from, when it is the repository's (as coverage.py's
+        source and omit settings decide it), else None."""
+        if not co_filename or co_filename.startswith("<"):
+            return None  # exec'd strings, doctests, frozen modules: no file to map to
+        real = os.path.realpath(os.path.abspath(co_filename))
+        if not real.startswith(self._prefix):
+            return None
+        rel = real[len(self._prefix) - 1:]
+        if any(part in rel for part in _OMIT):
+            return None
+        return real
