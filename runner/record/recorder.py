@@ -326,13 +326,8 @@ class Recorder:
     def abandon(self) -> None:
         """Stop recording and keep nothing: the controller of a pytest-xdist session runs no
         test (its workers record), and its hooks must not reach the workers it starts."""
-        self._stop_hooks()
-        if self._cov is not None:
-            try:
-                self._cov.stop()
-            except Exception:  # noqa: BLE001 - nothing of it is kept anyway
-                pass
-            self._cov = None
+        self._stop_hooks()  # the line recorder too
+        self._lines = None
         if self.children is not None:
             self.children.stop()
             self.children = None
