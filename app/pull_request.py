@@ -17,7 +17,7 @@ from fastci.runner.git import WORKTREE
 from fastci.runner.selection.report import RunReport
 from fastci.runner.store import SqliteEvidenceStore, StoreError
 
-from . import checks, github, workspace
+from . import checks, github, ledger, workspace
 from .context import Context, installation_token, superseded
 from .events import Work
 from .planning import base_settings, change_notes, chosen_tests, coverage_report, plan_or_all
@@ -146,5 +146,7 @@ def run_pull_request(ctx: Context, work: Work, delivery: str = "") -> dict:
         runs.update(regressions, output=final, conclusion=checks.conclusion(results),
                     actions=checks.ACTIONS)
         unwatch(ctx, regressions)
+        ledger.record_pull_request(ctx, work, head_sha, selection, chosen, results, audit,
+                                   [selection_run, regressions], shadow)
     return {"status": "completed", "head": head_sha, "selected": len(chosen),
             "failed": sum(r.outcome in ("failed", "error") for r in results)}
