@@ -17,7 +17,7 @@ from fastci.runner.git import WORKTREE
 from fastci.runner.selection.report import RunReport
 from fastci.runner.store import SqliteEvidenceStore, StoreError
 
-from . import checks, github, metrics, workspace
+from . import checks, github, ledger, metrics, workspace
 from .context import Context, installation_token, superseded
 from .events import Work
 from .planning import base_settings, change_notes, chosen_tests, coverage_report, plan_or_all
@@ -150,5 +150,7 @@ def run_pull_request(ctx: Context, work: Work, delivery: str = "") -> dict:
         metrics.add_gpu_seconds(ctx.redis, ctx.settings.queue_prefix, saved=sum(
             d.expected_seconds for d in selection.decisions if d.test_id not in ran),
             ran=sum(r.duration for r in results))
+        ledger.record_pull_request(ctx, work, head_sha, selection, chosen, results, audit,
+                                   [selection_run, regressions], shadow)
     return {"status": "completed", "head": head_sha, "selected": len(chosen),
             "failed": sum(r.outcome in ("failed", "error") for r in results)}

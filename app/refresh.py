@@ -15,7 +15,7 @@ from fastci.runner.git import WORKTREE
 from fastci.runner.selection.report import RunReport, TestResult
 from fastci.runner.store import StoreError
 
-from . import workspace
+from . import ledger, workspace
 from .context import Context, installation_token
 from .events import Work
 from .planning import base_settings
@@ -75,9 +75,11 @@ def refresh(ctx: Context, work: Work) -> dict:
                 return {"status": "recorded nothing", "job": job_id, "audited": False}
             store_recording(store, engine.repo, recording)
             if would is None or would.base is None:
+                ledger.record_full_run(ctx, work, sha, None, [job_id])
                 return {"status": "recorded", "job": job_id, "audited": False}
             results = tuple(TestResult(t.test_id, t.outcome, t.duration, t.dimension)
                             for t in recording.tests.values())
             entry = audit_entry(RunReport(selection=would, results=results), sha, "full")
             store.add_audit(entry)
+    ledger.record_full_run(ctx, work, sha, entry, [job_id])
     return {"status": "recorded", "job": job_id, "audited": True, "missed": entry["missed"]}

@@ -82,6 +82,23 @@ class AppSettings:
     redelivery_backoff: float = 60.0
     """FASTCI_REDELIVERY_BACKOFF_S: seconds before the second ask; each later one waits twice
     as long as the one before."""
+    github_web_url: str = "https://github.com"
+    """FASTCI_GITHUB_WEB_URL: where people sign in (GitHub Enterprise: https://HOST)."""
+    oauth_client_id: str | None = None
+    """FASTCI_OAUTH_CLIENT_ID: the App's client id (its settings page), for the dashboard's
+    sign-in (the user-to-server flow)."""
+    oauth_client_secret: Secret | None = field(default=None, repr=False)
+    """FASTCI_OAUTH_CLIENT_SECRET(_FILE): the App's client secret."""
+    session_secret: Secret | None = field(default=None, repr=False)
+    """FASTCI_SESSION_SECRET(_FILE): signs the dashboard's session cookie; 32+ characters."""
+    public_url: str | None = None
+    """FASTCI_PUBLIC_URL: this service as browsers reach it (https://fastci.example.com); the
+    OAuth callback is under it, and the session cookie is Secure when it is https."""
+
+    @property
+    def dashboard_enabled(self) -> bool:
+        """The dashboard is served only when its sign-in is configured."""
+        return bool(self.oauth_client_id and self.oauth_client_secret and self.session_secret)
 
     @property
     def store_path(self) -> Path | str:
@@ -159,6 +176,11 @@ def load(environ: dict | None = None) -> AppSettings:
                                  AppSettings.redelivery_attempts),
         redelivery_backoff=_float(env, "FASTCI_REDELIVERY_BACKOFF_S",
                                   AppSettings.redelivery_backoff),
+        github_web_url=env.get("FASTCI_GITHUB_WEB_URL", AppSettings.github_web_url).rstrip("/"),
+        oauth_client_id=env.get("FASTCI_OAUTH_CLIENT_ID") or None,
+        oauth_client_secret=_secret(env, "FASTCI_OAUTH_CLIENT_SECRET"),
+        session_secret=_long_secret(env, "FASTCI_SESSION_SECRET"),
+        public_url=env.get("FASTCI_PUBLIC_URL", "").rstrip("/") or None,
     )
 
 
@@ -166,8 +188,13 @@ MIN_ARTIFACT_SECRET = 32
 
 
 def _artifact_secret(env: dict) -> Secret | None:
-    secret = _secret(env, "FASTCI_ARTIFACT_SECRET")
+    return _long_secret(env, "FASTCI_ARTIFACT_SECRET")
+
+
+def _long_secret(env: dict, name: str) -> Secret | None:
+    """A signing secret: at least MIN_ARTIFACT_SECRET characters, or a SettingsError."""
+    secret = _secret(env, name)
     if secret is not None and len(secret.reveal()) < MIN_ARTIFACT_SECRET:
-        raise SettingsError(f"FASTCI_ARTIFACT_SECRET(_FILE) must be at least "
+        raise SettingsError(f"{name}(_FILE) must be at least "
                             f"{MIN_ARTIFACT_SECRET} characters (`openssl rand -hex 32`)")
     return secret

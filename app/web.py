@@ -31,7 +31,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 from werkzeug.exceptions import HTTPException
 
-from . import artifacts, events, metrics
+from . import artifacts, dashboard, events, metrics
 from .queue import Queues
 from .settings import AppSettings, SettingsError, load
 from .signature import verify
@@ -116,6 +116,7 @@ def create_app(settings: AppSettings | None = None, redis: Redis | None = None) 
         response.content_length = os.fstat(file.fileno()).st_size
         return response
 
+    dashboard.install(app, settings, redis, queues)
     return app
 
 

@@ -421,3 +421,46 @@ def test_an_unknown_route_is_githubs_404(fake):
     with pytest.raises(github.UnknownObjectException) as missing:
         client.requester.requestJsonAndCheck("GET", f"/repos/{REPO}/no-such-thing")
     assert missing.value.data["message"] == "Not Found"
+
+
+def test_oauths_web_flow_gives_a_user_token_once_per_code(app_key):
+    """The sign-in the dashboard uses: the authorize form sends the browser back with a code
+    and the state; the code buys one user token, once, and only with the client's secret;
+    the token lists the App's repositories the user has explicit access to."""
+    import requests  # noqa: PLC0415
+
+    with FakeGitHub() as fake:
+        fake.register_app(1, app_key.public, client_id="Iv1.x", client_secret="s3cret")
+        fake.add_repo("octo/widgets", installation_id=7, private=True)
+        fake.add_repo("octo/secret", installation_id=7, private=True)
+        fake.set_permission("octo/widgets", "alice", "write")
+        page = requests.get(f"{fake.url}/login/oauth/authorize?client_id=Iv1.x")
+        assert page.status_code == 200 and 'name="login"' in page.text
+        assert requests.get(f"{fake.url}/login/oauth/authorize?client_id=nope"
+                            ).status_code == 404
+        back = requests.post(f"{fake.url}/login/oauth/authorize", allow_redirects=False, data={
+            "login": "alice", "client_id": "Iv1.x", "state": "st",
+            "redirect_uri": "http://app.example/cb"})
+        assert back.status_code == 302 and back.headers["Location"].startswith(
+            "http://app.example/cb?code=") and back.headers["Location"].endswith("&state=st")
+        code = back.headers["Location"].split("code=")[1].split("&")[0]
+
+        def exchange(secret: str) -> dict:
+            return requests.post(f"{fake.url}/login/oauth/access_token", data={
+                "client_id": "Iv1.x", "client_secret": secret, "code": code},
+                headers={"Accept": "application/json"}).json()
+
+        assert exchange("wrong")["error"] == "incorrect_client_credentials"
+        token = exchange("s3cret")
+        assert token["token_type"] == "bearer" and token["access_token"].startswith("ghu_")
+        assert exchange("s3cret")["error"] == "bad_verification_code"  # used once
+
+        def get(path: str, bearer: str | None = token["access_token"]):
+            return requests.get(fake.url + path, headers={"Authorization": f"Bearer {bearer}"}
+                                if bearer else {})
+        assert get("/user").json()["login"] == "alice"
+        assert get("/user", None).status_code == 401
+        [installation] = get("/user/installations").json()["installations"]
+        listed = get(f"/user/installations/{installation['id']}/repositories").json()
+        assert [r["full_name"] for r in listed["repositories"]] == ["octo/widgets"]
+        assert listed["repositories"][0]["permissions"]["push"] is True

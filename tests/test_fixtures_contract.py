@@ -170,8 +170,9 @@ def _rest(name: str) -> dict:
 
 def test_the_rest_fixtures_are_the_ones_the_fake_reads():
     assert REST == ["annotations", "app", "check_run", "comment", "expired_jwt", "installation",
-                    "issue", "no_push", "not_found", "not_granted", "permission", "pull",
-                    "reaction", "repo", "token"]
+                    "installation_repositories", "issue", "no_push", "not_found",
+                    "not_granted", "oauth_token", "permission", "pull", "reaction", "repo",
+                    "token"]
 
 
 @pytest.mark.parametrize("name", [n for n in REST if n not in DERIVED_FROM_PAYLOADS])

@@ -39,9 +39,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from html import escape
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import jwt
 from werkzeug.exceptions import HTTPException
@@ -79,6 +80,22 @@ REQUIRES_AUTHENTICATION = "Requires authentication"
 JWT_UNDECODABLE = "A JSON web token could not be decoded"
 JWT_TOO_LONG = "'Expiration time' claim ('exp') is too far in the future"
 PROBLEMS_PARSING_JSON = "Problems parsing JSON"
+# OAuth's web flow (docs.github.com/apps/creating-github-apps/authenticating-with-a-github-app/
+# generating-a-user-access-token-for-a-github-app): a code lives ten minutes and is used once;
+# a bad one is answered 200 with an error object, not an HTTP error.
+OAUTH_CODE_LIFETIME_S = 600
+BAD_VERIFICATION_CODE = {
+    "error": "bad_verification_code",
+    "error_description": "The code passed is incorrect or expired.",
+    "error_uri": "https://docs.github.com/apps/managing-oauth-apps/"
+                 "troubleshooting-oauth-app-access-token-request-errors/#bad-verification-code"}
+INCORRECT_CLIENT_CREDENTIALS = {
+    "error": "incorrect_client_credentials",
+    "error_description": "The client_id and/or client_secret passed are incorrect.",
+    "error_uri": "https://docs.github.com/apps/managing-oauth-apps/"
+                 "troubleshooting-oauth-app-access-token-request-errors/"
+                 "#incorrect-client-credentials"}
+READ_LEVELS = ("read", "triage", "write", "maintain", "admin")
 SECONDARY_RATE_LIMIT = ("You have exceeded a secondary rate limit. Please wait a few minutes "
                         "before you try again. If you reach out to GitHub Support for help, "
                         "please include the request ID {request_id}.")
@@ -109,6 +126,8 @@ class Shapes:
     not_granted: dict
     pull: dict
     issue: dict
+    oauth_token: dict
+    installation_repositories: dict
 
 
 def rest_fixture(name: str, fixtures: Path = FIXTURES) -> dict:
@@ -128,7 +147,9 @@ def load_shapes(fixtures: Path = FIXTURES) -> Shapes:
         installation=body("installation"), app=app, user=app["owner"], repo=body("repo"),
         comment=body("comment"), reaction=body("reaction"), permission=body("permission"),
         not_found=body("not_found"), expired_jwt=body("expired_jwt"), no_push=body("no_push"),
-        not_granted=body("not_granted"), pull=body("pull"), issue=body("issue"))
+        not_granted=body("not_granted"), pull=body("pull"), issue=body("issue"),
+        oauth_token=body("oauth_token"),
+        installation_repositories=body("installation_repositories"))
 
 
 def rebased(value: Any, replacements: dict[str, str]) -> Any:
@@ -344,6 +365,8 @@ class _App:
     public_key: str | None
     permissions: dict[str, str]
     events: list[str]
+    client_id: str | None = None
+    client_secret: str | None = None
 
 
 @dataclass
@@ -384,6 +407,23 @@ class _Comment:
 @dataclass(frozen=True)
 class _Token:
     installation_id: int
+    expires_at: float
+
+
+@dataclass(frozen=True)
+class _Grant:
+    """An OAuth code GitHub handed the browser, for one user of one App."""
+
+    login: str
+    app_id: int
+    redirect_uri: str
+    expires_at: float
+
+
+@dataclass(frozen=True)
+class _UserToken:
+    login: str
+    app_id: int
     expires_at: float
 
 
@@ -457,16 +497,27 @@ _ROUTES = Map([
          endpoint="create_reaction"),
     Rule("/repos/<owner>/<name>/collaborators/<user>/permission", methods=["GET"],
          endpoint="get_permission"),
+    # OAuth's web flow (on github.com, not the API host; the fake serves both) and what a
+    # user-to-server token reads.
+    Rule("/login/oauth/authorize", methods=["GET"], endpoint="authorize_page"),
+    Rule("/login/oauth/authorize", methods=["POST"], endpoint="authorize"),
+    Rule("/login/oauth/access_token", methods=["POST"], endpoint="oauth_token"),
+    Rule("/user", methods=["GET"], endpoint="get_user"),
+    Rule("/user/installations", methods=["GET"], endpoint="list_user_installations"),
+    Rule("/user/installations/<int:installation_id>/repositories", methods=["GET"],
+         endpoint="list_user_installation_repos"),
 ], strict_slashes=False)
 
 
 class FakeGitHub:
     """GitHub's REST API for one test: a werkzeug server on 127.0.0.1, a random port.
 
-    Set up with ``register_app``, ``add_repo``, ``add_pull``, ``push``, ``add_comment``,
-    ``set_permission``, ``add_delivery``; inspect with ``check_runs``, ``comments``,
-    ``reactions``, ``redeliveries``, ``requests`` and ``attempts``; break with ``fail_next``
-    and ``rate_limit_next``; move GitHub's clock with ``advance``.
+    Set up with ``register_app`` (with ``client_id``/``client_secret``, the sign-in of OAuth's
+    web flow: ``/login/oauth/*``, then ``/user`` and ``/user/installations``), ``add_repo``,
+    ``add_pull``, ``push``, ``add_comment``, ``set_permission``, ``add_delivery``; inspect
+    with ``check_runs``, ``comments``, ``reactions``, ``redeliveries``, ``requests`` and
+    ``attempts``; break with ``fail_next`` and ``rate_limit_next``; move GitHub's clock
+    with ``advance``.
 
     Its answers are built from the fixtures in ``fixtures`` (the packaged ones by default).
     """
@@ -486,6 +537,8 @@ class FakeGitHub:
         self._suites: dict[tuple[str, str, int], int] = {}
         self._comments: dict[int, _Comment] = {}
         self._deliveries: list[dict] = []
+        self._grants: dict[str, _Grant] = {}
+        self._user_tokens: dict[str, _UserToken] = {}
         self._faults: list[_Fault] = []
         self._rate_used = 0
         self._rate_reset = int(self._now()) + RATE_WINDOW_S
@@ -516,17 +569,20 @@ class FakeGitHub:
     def register_app(self, app_id: int, public_key_pem: str | None = None, *,
                      slug: str = "fastci", name: str = "FastCI",
                      permissions: dict[str, str] | None = None,
-                     events: list[str] | None = None) -> None:
+                     events: list[str] | None = None, client_id: str | None = None,
+                     client_secret: str | None = None) -> None:
         """A GitHub App whose JWTs verify against ``public_key_pem`` (none: no JWT verifies).
 
-        The default permissions and events are the ones FastCI asks for.
+        The default permissions and events are the ones FastCI asks for. ``client_id`` and
+        ``client_secret``: the App's OAuth credentials, for the user-to-server sign-in.
         """
         with self._lock:
             self._apps[app_id] = _App(
                 app_id, slug, name, public_key_pem,
                 permissions or {"checks": "write", "contents": "read", "issues": "write",
                                 "metadata": "read", "pull_requests": "write"},
-                events or ["check_run", "check_suite", "issue_comment", "pull_request", "push"])
+                events or ["check_run", "check_suite", "issue_comment", "pull_request", "push"],
+                client_id, client_secret)
 
     def add_repo(self, full_name: str, *, installation_id: int, app_id: int | None = None,
                  default_branch: str = "main", private: bool = False,
@@ -676,18 +732,21 @@ class FakeGitHub:
         request = Request(environ)
         with self._lock:
             reply = self._respond(request)
+            page = isinstance(reply, Response)  # the sign-in page and its redirect
             self.requests.append(RecordedRequest(
                 request.method, request.path, dict(request.args),
-                _payload(request), dict(request.headers), reply.status))
-            response = self._render(reply)
+                None if page else _payload(request), dict(request.headers),
+                reply.status_code if page else reply.status))
+            response = reply if page else self._render(reply)
         return response(environ, start_response)
 
-    def _respond(self, request: Request) -> Reply:
+    def _respond(self, request: Request) -> Reply | Response:
         fault = next((f for f in self._faults if f.matches(request.method, request.path)), None)
         if fault is not None:
             fault.remaining -= 1
             return self._fault_reply(fault, request)
-        if request.get_data() and _payload(request) is None:
+        form = request.path.startswith("/login/")  # github.com takes forms there
+        if not form and request.get_data() and _payload(request) is None:
             return Reply(400, {"message": PROBLEMS_PARSING_JSON, "documentation_url": DOCS})
         try:
             endpoint, args = _ROUTES.bind("127.0.0.1").match(request.path, request.method)
@@ -967,6 +1026,123 @@ class FakeGitHub:
         permission, role_name = repo.permissions.get(user.lower(), (default, default))
         body = copy.deepcopy(self._shapes.permission)
         body.update(user=self._user_json(user), permission=permission, role_name=role_name)
+        return Reply(200, body)
+
+    # -- OAuth's web flow and user-to-server tokens ----------------------------------------
+
+    def _oauth_app(self, client_id: str | None) -> _App | None:
+        return next((a for a in self._apps.values()
+                     if client_id and a.client_id == client_id), None)
+
+    def _on_authorize_page(self, request: Request) -> Response:
+        """GitHub's sign-in and authorize page, reduced to a login field and a button (a
+        person would sign in and approve; a test types a login). GitHub shows a 404 page for
+        an unknown client id."""
+        args = request.args
+        app = self._oauth_app(args.get("client_id"))
+        if app is None:
+            return Response("<h1>404</h1><p>Not Found</p>", 404, content_type="text/html")
+        hidden = "".join(f'<input type="hidden" name="{k}" value="{escape(args.get(k, ""))}">'
+                         for k in ("client_id", "redirect_uri", "state"))
+        page = (f"<!doctype html><title>Sign in to GitHub</title>"
+                f"<body style=\"font:15px system-ui;max-width:340px;margin:4rem auto\">"
+                f"<h1 style=\"font-weight:400\">Sign in to GitHub</h1>"
+                f"<p>to continue to <strong>{escape(app.name)}</strong></p>"
+                f'<form method="post" action="/login/oauth/authorize">{hidden}'
+                f'<label>Username <input name="login" id="login" autofocus></label> '
+                f'<button type="submit" id="authorize">Authorize {escape(app.name)}</button>'
+                f"</form></body>")
+        return Response(page, 200, content_type="text/html; charset=utf-8")
+
+    def _on_authorize(self, request: Request) -> Response:
+        """The person approved: GitHub sends the browser back to ``redirect_uri`` with a code
+        for them and the ``state`` the App sent, unchanged."""
+        form = request.form
+        app = self._oauth_app(form.get("client_id"))
+        login = form.get("login", "").strip()
+        redirect_uri = form.get("redirect_uri", "")
+        if app is None or not login or urlsplit(redirect_uri).scheme not in ("http", "https"):
+            return Response("<h1>422</h1><p>Unprocessable</p>", 422, content_type="text/html")
+        code = secrets.token_hex(10)
+        self._grants[code] = _Grant(login, app.id, redirect_uri,
+                                    self._now() + OAUTH_CODE_LIFETIME_S)
+        query = {"code": code, **({"state": form["state"]} if form.get("state") else {})}
+        separator = "&" if "?" in redirect_uri else "?"
+        return Response("", 302, {"Location": f"{redirect_uri}{separator}{urlencode(query)}"})
+
+    def _on_oauth_token(self, request: Request) -> Reply:
+        """A code for a user access token (form or JSON, as GitHub takes both; the answer is
+        JSON, as for ``Accept: application/json``). GitHub answers a wrong secret or a bad,
+        used or expired code with 200 and an error object, as here."""
+        fields = dict(request.form) or (_payload(request) or {})
+        app = self._oauth_app(fields.get("client_id"))
+        if app is None or not fields.get("client_secret") or \
+                not secrets.compare_digest(str(fields["client_secret"]), app.client_secret or ""):
+            return Reply(200, INCORRECT_CLIENT_CREDENTIALS)
+        grant = self._grants.pop(str(fields.get("code", "")), None)
+        if grant is None or grant.app_id != app.id or grant.expires_at <= self._now() or \
+                fields.get("redirect_uri", grant.redirect_uri) != grant.redirect_uri:
+            return Reply(200, BAD_VERIFICATION_CODE)
+        body = copy.deepcopy(self._shapes.oauth_token)
+        token = "ghu_" + secrets.token_hex(18)
+        self._user_tokens[token] = _UserToken(grant.login, app.id,
+                                              self._now() + body["expires_in"])
+        body.update(access_token=token, refresh_token="ghr_" + secrets.token_hex(18))
+        return Reply(200, body)
+
+    def _authenticated_user(self, request: Request) -> _UserToken:
+        value = self._credential(request)
+        if value is None:
+            raise Reply(401, {"message": REQUIRES_AUTHENTICATION, "documentation_url": DOCS})
+        token = self._user_tokens.get(value)
+        if token is None or token.expires_at <= self._now():
+            raise Reply(401, {"message": BAD_CREDENTIALS, "documentation_url": DOCS})
+        return token
+
+    def _readable(self, login: str, repo: _Repo) -> bool:
+        """Whether ``login`` has explicit access to ``repo`` (its owner, or a permission set
+        with ``set_permission``): what GitHub's user-to-server listings go by."""
+        owner = repo.full_name.split("/")[0].lower()
+        permission = repo.permissions.get(login.lower(), ("none", "none"))[0]
+        return login.lower() == owner or permission in READ_LEVELS
+
+    def _user_repos(self, token: _UserToken, installation: _Installation) -> list[_Repo]:
+        return [self._repos[name] for name in sorted(installation.repos)
+                if self._readable(token.login, self._repos[name])]
+
+    def _on_get_user(self, request: Request) -> Reply:
+        """The signed-in user (the recorded user object; GitHub adds profile fields such as
+        ``name`` that FastCI does not read)."""
+        return Reply(200, self._user_json(self._authenticated_user(request).login))
+
+    def _on_list_user_installations(self, request: Request) -> Reply:
+        """Derived (GitHub's documented fields): the App's installations in which the user
+        can reach at least one repository, as ``{total_count, installations}``."""
+        token = self._authenticated_user(request)
+        found = [self._installation_json(i) for i in self._installations.values()
+                 if i.app_id == token.app_id and self._user_repos(token, i)]
+        return Reply(200, {"total_count": len(found), "installations": found})
+
+    def _on_list_user_installation_repos(self, request: Request, installation_id: int) -> Reply:
+        """The installation's repositories the user can reach, in the recorded shape of
+        ``GET /installation/repositories``; 404 for an installation they reach nothing of.
+        One page: the fake's worlds are small."""
+        token = self._authenticated_user(request)
+        installation = self._installations.get(installation_id)
+        repos = self._user_repos(token, installation) if installation is not None and \
+            installation.app_id == token.app_id else []
+        if not repos:
+            raise self._not_found(DOCS)
+        body = copy.deepcopy(self._shapes.installation_repositories)
+        listed = []
+        for repo in repos:
+            served = self._repo_json(repo.full_name)
+            level = repo.permissions.get(token.login.lower(), ("admin", "admin"))[0]
+            rank = READ_LEVELS.index(level) if level in READ_LEVELS else 0
+            served["permissions"] = {"admin": rank >= 4, "maintain": rank >= 3,
+                                     "push": rank >= 2, "triage": rank >= 1, "pull": True}
+            listed.append(served)
+        body.update(total_count=len(listed), repositories=listed)
         return Reply(200, body)
 
     # -- helpers for handlers ---------------------------------------------------------------

@@ -55,6 +55,8 @@ def test_each_role_reaches_only_its_own_keys(server):
     queue("fastci-gpu-0", selection).enqueue("fastci.runner.execution.shard.pause", 0,
                                              job_id="fastci-shard-1")
     assert runner.llen("rq:queue:fastci-gpu-0") == 1  # a runner sees its own queue
+    assert web.llen("rq:queue:fastci-gpu-0") == 1  # the dashboard counts, never reads, jobs
+    web.set("fastci:dash:session:s", "{}")  # the dashboard's sessions
 
     for attempt in (
             lambda: runner.lrange("rq:queue:fastci-cpu", 0, -1),
@@ -71,6 +73,7 @@ def test_each_role_reaches_only_its_own_keys(server):
             lambda: web.get("fastci:evidence:schema_version"),
             lambda: web.set("fastci:ok-to-test:octo/x:" + "f" * 40, "mallory"),
             lambda: web.lrange("rq:queue:fastci-gpu-0", 0, -1),
+            lambda: web.rpush("rq:queue:fastci-gpu-0", "evil"),
             lambda: client(server, None).ping()):
         assert denied(attempt)
     assert not selection.exists("fastci:ok-to-test:octo/x:" + "f" * 40)
