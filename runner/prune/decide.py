@@ -145,7 +145,10 @@ def prune(repo: Repo, store: EvidenceStore, selection: Selection, snapshot, head
     with tempfile.TemporaryDirectory(prefix="fastci-replay-") as tmp:
         replays = _Replays(repo, store, snapshot, head, head_tree, Path(tmp), mode,
                            replayer or LocalReplayer())
-        envs = {d: dict(cand.env.get(d, {})) for cand in found for d in cand.captures}
+        # FastCI's own variables (a child hand-over tagged per test, in older evidence) are
+        # no environment of the code: they never reach a replay, nor split its groups.
+        envs = {d: {k: v for k, v in cand.env.get(d, {}).items() if not k.startswith("FASTCI_")}
+                for cand in found for d in cand.captures}
         replays.run(digests, classes, sorted({p for c in _all_captures(snapshot, found)
                                               for p in c}), envs)
     pruned, head_lines = {}, {}

@@ -234,8 +234,11 @@ def _autocast_state(torch) -> tuple:
     return tuple(out)
 
 
-# Set by pytest and coverage per test or per process: not the code's environment.
-_SESSION_NOISE = ("PYTEST_", "COV_CORE_", "COVERAGE_", "TORCHINDUCTOR_CACHE_DIR", "_")
+# Set by pytest, coverage and FastCI's own recorder (its hand-over to children, tagged per
+# test) per test or per process: not the code's environment. Kept, they would split the
+# replays into one pair of processes per test.
+_SESSION_NOISE = ("PYTEST_", "COV_CORE_", "COVERAGE_", "TORCHINDUCTOR_CACHE_DIR", "FASTCI_",
+                  "_")
 
 _SKIP_ATTRIBUTES = {"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set",
                     "_backward_pre_hooks", "_backward_hooks", "_forward_hooks",
