@@ -87,17 +87,12 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     early_config.stash[_recorder_key] = recorder
 
 
-@pytest.hookimpl(trylast=True)  # after pytest-xdist's, which registers "dsession"
 def pytest_configure(config: pytest.Config) -> None:
     recorder = config.stash.get(_recorder_key, None)
     plan = config.getoption("fastci_plan")
     if recorder is None and not plan:
         return
-    session = _Session(config, recorder, plan)
-    if recorder is not None and config.pluginmanager.has_plugin("dsession"):
-        recorder.abandon()  # an xdist controller: its workers record
-        session.workers_dir = tempfile.mkdtemp(prefix="fastci-xdist-")
-    config.pluginmanager.register(session, "fastci-session")
+    config.pluginmanager.register(_Session(config, recorder, plan), "fastci-session")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -145,6 +140,15 @@ class _Session:
         if recorder is not None and workerinput and workerinput.get("fastci_workers_dir"):
             self.write_to = os.path.join(workerinput["fastci_workers_dir"],
                                          f"{workerinput.get('workerid', 'gw')}.json")
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self) -> None:
+        """An xdist controller (its "dsession" is registered by now, whatever order the
+        plugins' configure hooks ran in, and its workers start after this hook): it runs no
+        test, so it records nothing and names the folder its workers write to."""
+        if self.recorder is not None and self.config.pluginmanager.has_plugin("dsession"):
+            self.recorder.abandon()
+            self.workers_dir = tempfile.mkdtemp(prefix="fastci-xdist-")
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
