@@ -57,6 +57,14 @@ def a_sha(value: Any) -> str | None:
     return None
 
 
+def a_login(value: Any) -> str | None:
+    """An account's login: GitHub's are 1 to 39 characters; an empty one names no one."""
+    problem = text(value)
+    if problem is None and not 0 < len(value) <= 100:
+        return f"must be a login of 1 to 100 characters, not {_describe(value)}"
+    return problem
+
+
 def a_repo_name(value: Any) -> str | None:
     problem = text(value)
     if problem is None and value.count("/") != 1:
@@ -150,7 +158,7 @@ def check_items(doc: Any, path: str, fields: Mapping[str, Check]) -> list[str]:
 COMMON = {"repository": an_object, "repository.full_name": a_repo_name,
           "installation?": an_object, "installation.id?": an_id}
 ACTION = {"action": text}
-SENDER = {"sender": an_object, "sender.login": text}
+SENDER = {"sender": an_object, "sender.login": a_login}
 SUITE_PULL = {"number": an_id, "head": an_object, "head.sha": a_sha, "base": an_object,
               "base.sha": a_sha, "base.ref": text}
 
@@ -204,14 +212,14 @@ def issue_comment(payload: dict) -> list[str]:
     return problems + check_fields(payload, {
         **COMMON, "issue": an_object, "issue.number": an_id, "issue.pull_request?": anything,
         "comment": an_object, "comment.id": an_id, "comment.body?": text,
-        "comment.user": an_object, "comment.user.login": text, "comment.user.type?": text,
+        "comment.user": an_object, "comment.user.login": a_login, "comment.user.type?": text,
         "changes?": an_object, "changes.body?": an_object, "changes.body.from?": text})
 
 
 def installation(payload: dict) -> list[str]:
     problems = check_fields(payload, {
         **ACTION, "installation": an_object, "installation.id": an_id,
-        "installation.account": an_object, "installation.account.login": text,
+        "installation.account": an_object, "installation.account.login": a_login,
         "repositories?": a_list, "repositories_added?": a_list,
         "repositories_removed?": a_list})
     for key in ("repositories", "repositories_added", "repositories_removed"):

@@ -99,7 +99,7 @@ def stored_snapshot(repo: pytest.Pytester):
 def test_recording_stores_which_functions_each_test_executed(repo):
     result = repo.runpytest_inprocess("--fastci-record", *NOPLUGINS)
     result.assert_outcomes(passed=3, failed=1)
-    result.stdout.fnmatch_lines([f"fastci: recording evidence in {repo.path}",
+    result.stdout.fnmatch_lines([f"fastci: recording evidence in {repo.path} with *",
                                  "fastci: recorded evidence for 4 tests at *"])
     tests = stored_snapshot(repo).tests
     assert tests["test_fastci_calc.py::test_double"].blocks == {
