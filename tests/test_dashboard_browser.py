@@ -26,6 +26,7 @@ try:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 except ImportError:
     webdriver = None
 
@@ -77,7 +78,27 @@ def sign_in(driver, world, login: str, tmp_path: Path | None = None) -> None:
         screenshot(driver, tmp_path, "0-github-sign-in")
     driver.find_element(By.ID, "login").send_keys(login)
     driver.find_element(By.ID, "authorize").click()
-    assert driver.current_url == world.url + "/dashboard/"
+    arrives(driver, world.url + "/dashboard/")
+
+
+def shows(driver, text: str) -> str:
+    """The page's text once it holds `text` (after a click's navigation), or as it is."""
+    try:
+        WebDriverWait(driver, 30).until(
+            lambda d: text in d.find_element(By.TAG_NAME, "body").text)
+    except Exception:  # noqa: BLE001 - the caller's assertion says what is there
+        pass
+    return driver.find_element(By.TAG_NAME, "body").text
+
+
+def arrives(driver, url: str) -> None:
+    """A click starts a navigation and returns: wait (a loaded machine is slow) until the
+    browser is at `url`, and fail with where it is instead."""
+    try:
+        WebDriverWait(driver, 30).until(lambda d: d.current_url == url)
+    except Exception:  # noqa: BLE001 - the assertion below says where the browser is
+        pass
+    assert driver.current_url == url
 
 
 def test_a_signed_in_user_sees_their_repositories_pull_requests_and_queues(
@@ -88,7 +109,7 @@ def test_a_signed_in_user_sees_their_repositories_pull_requests_and_queues(
     screenshot(browser, tmp_path, "1-repositories")
 
     browser.find_element(By.LINK_TEXT, READABLE).click()
-    assert browser.current_url == f"{world.url}/dashboard/{READABLE}"
+    arrives(browser, f"{world.url}/dashboard/{READABLE}")
     charts = browser.find_elements(By.CSS_SELECTOR, "svg.chart")
     assert len(charts) == 3
     assert browser.find_elements(By.CSS_SELECTOR, "svg.chart rect")  # the per-day bars
@@ -98,14 +119,14 @@ def test_a_signed_in_user_sees_their_repositories_pull_requests_and_queues(
     screenshot(browser, tmp_path, "2-repository")
 
     browser.find_element(By.LINK_TEXT, "#14").click()
-    body = browser.find_element(By.TAG_NAME, "body").text
+    body = shows(browser, "Pull request #14")
     assert "Pull request #14" in body and "gpu-1.runner-b" in body
     assert browser.find_element(By.LINK_TEXT, "FastCI regressions").get_attribute("href") \
         .startswith(f"https://github.com/{READABLE}/runs/")
     screenshot(browser, tmp_path, "3-pull-request")
 
     browser.find_element(By.LINK_TEXT, "Queues & workers").click()
-    assert f"{world.prefix}-gpu-0" in browser.find_element(By.TAG_NAME, "body").text
+    assert f"{world.prefix}-gpu-0" in shows(browser, f"{world.prefix}-gpu-0")
     screenshot(browser, tmp_path, "4-queues-and-workers")
 
     browser.get(f"{world.url}/dashboard/{HIDDEN}")
