@@ -14,6 +14,7 @@ the evidence's code and the new code. Prints medians and the worst run (p99 at t
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sqlite3
@@ -48,10 +49,13 @@ def setup(tmp: Path) -> tuple[Path, Path]:
 
 
 def select(repo: Path, store: Path, env: dict, *extra: str) -> tuple[float, str]:
+    """Seconds for `fastci select`, and what it decided (selected, pruned)."""
     started = time.perf_counter()
-    out = run(repo, sys.executable, "-m", "fastci", "select", "-q", "--store", str(store),
-              *extra, env=env).stdout
-    return time.perf_counter() - started, out.strip().splitlines()[0] if out.strip() else ""
+    out = run(repo, sys.executable, "-m", "fastci", "select", "-q", "--format", "json",
+              "--store", str(store), *extra, env=env).stdout
+    seconds = time.perf_counter() - started
+    summary = json.loads(out)["summary"]
+    return seconds, f"{summary['selected']} selected, {summary['pruned']} pruned"
 
 
 def forget_replays(store: Path) -> None:
@@ -96,7 +100,7 @@ def main() -> None:
     for mode, values in times.items():
         median = statistics.median(values)
         print(f"| {mode:<24} | {median:.2f} | {max(values):.2f} | {median - plain:+.2f} s | "
-              f"{summary[mode][:60]} |")
+              f"{summary[mode]} |")
 
 
 if __name__ == "__main__":

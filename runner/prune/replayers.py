@@ -117,9 +117,12 @@ def _warm(scratch: Path, item: ReplayItem) -> dict:
     request_file = scratch / f"{item.name}-request.json"
     request_file.write_text(json.dumps(item.request(out)))
     log = scratch / f"{item.name}.log"
-    base = _environment()
-    status = zygote.replay(zygote.socket_path(base), base, request_file, item.root,
-                           _environment(item), log, REPLAY_TIMEOUT)
+    # The zygote imports torch (and through it Triton) in the replay's own environment:
+    # variables read at import (TRITON_INTERPRET) must already hold there, so each
+    # environment gets a zygote of its own.
+    env = _environment(item)
+    status = zygote.replay(zygote.socket_path(env), env, request_file, item.root, env, log,
+                           REPLAY_TIMEOUT)
     if status is None:  # no zygote could serve it: a cold process
         return _finish(item, *_start(scratch, item))
     text = log.read_text(errors="replace") if log.exists() else ""
