@@ -1,10 +1,11 @@
-"""The project's GitHub fixtures against GitHub's recordings, where those lie beside it.
+"""The project's GitHub fixtures against the facts GitHub's recordings show.
 
 FastCI keeps its own fixtures (fastci/testing/fixtures): REST answers the fake serves and
 webhook payloads the tests send, written from the facts the recordings show (field names,
-types, status codes, headers) with values of their own. When ../shared holds the recordings
-(PyGithub's replay data, octokit's payload examples) this checks that the fixtures still say
-what GitHub says; without them it skips in one line, and every other test runs regardless.
+types, status codes, headers) with values of their own. Those facts are kept beside this
+file (github_facts.json), so every clone checks its fixtures against them. When ../shared
+holds the recordings themselves (PyGithub's replay data, octokit's payload examples), one more
+test derives the facts again and checks that the kept ones still say what GitHub says.
 """
 
 from __future__ import annotations
@@ -64,10 +65,11 @@ def recorded(replay_dir: Path, filename: str, method: str, path_pattern: str) ->
 
 
 REPLAY, PAYLOADS = SHARED / "github-replay", SHARED / "github-payloads"
-if not (REPLAY.is_dir() and PAYLOADS.is_dir()):
-    pytest.skip("../shared/github-replay and github-payloads are not beside the project: "
-                "the fixtures' cross-check against GitHub's recordings is skipped",
-                allow_module_level=True)
+needs_recordings = pytest.mark.skipif(
+    not (REPLAY.is_dir() and PAYLOADS.is_dir()),
+    reason="../shared/github-replay and github-payloads are not beside the project: the kept "
+           "facts (github_facts.json) are checked, not derived again from the recordings")
+FACTS_FILE = Path(__file__).resolve().parent / "github_facts.json"
 
 
 # -- shapes: the field names and JSON types a set of documents shows -------------------------
@@ -150,6 +152,7 @@ def test_shapes_catch_what_they_should():
 
 
 # -- the recordings themselves -----------------------------------------------------------------
+@needs_recordings
 def test_every_replay_file_is_whole_eleven_line_exchanges():
     for path in sorted(REPLAY.glob("*.txt")):
         lines = path.read_text(encoding="utf-8").split("\n")
@@ -175,51 +178,86 @@ def test_the_rest_fixtures_are_the_ones_the_fake_reads():
                     "token"]
 
 
+def facts() -> dict:
+    """What the recordings say about each fixture: a REST answer's method, status, headers,
+    request fields and body shape; a derived object's shape and the fields every example has;
+    each webhook event's payload shape."""
+    rest = {}
+    for name in (n for n in REST if n not in DERIVED_FROM_PAYLOADS):
+        filename, method, pattern = _rest(name)["recorded_as"].split(" ", 2)
+        exchange = recorded(REPLAY, filename, method, pattern)
+        documents = [exchange.response_body]
+        if name == "comment":  # the 2012 recording, completed from today's comment object
+            documents += [json.loads(p.read_bytes())["comment"]
+                          for p in sorted((PAYLOADS / "issue_comment").glob("*.json"))]
+        body = exchange.response_body
+        error = isinstance(body, dict) and set(body) <= {"message", "documentation_url",
+                                                         "errors"}
+        rest[name] = {
+            "method": exchange.method, "status": exchange.status,
+            "headers": {k.lower(): v for k, v in exchange.response_headers.items()},
+            "request": None if exchange.request_body is None else sorted(exchange.request_body),
+            "shape": shape(*documents),
+            "fields": sorted(body) if isinstance(body, dict) else None,
+            "message": body["message"] if error else None}
+    derived = {}
+    for name, (event, key) in sorted(DERIVED_FROM_PAYLOADS.items()):
+        objects = [json.loads(p.read_bytes())[key]
+                   for p in sorted((PAYLOADS / event).glob("*.json"))]
+        derived[name] = {"shape": shape(*objects),
+                         "common": sorted(set.intersection(*(set(o) for o in objects)))}
+    payloads = {event: shape(*[json.loads(p.read_bytes())
+                               for p in sorted((PAYLOADS / event).glob("*.json"))])
+                for event in sorted({p.parent.name for p in PAYLOAD_FIXTURES})}
+    return {"rest": rest, "derived": derived, "payloads": payloads}
+
+
+PAYLOAD_FIXTURES = sorted((FIXTURES / "payloads").glob("*/*.json"))
+FACTS = json.loads(FACTS_FILE.read_text())
+
+
+@needs_recordings
+def test_the_kept_facts_are_what_the_recordings_show():
+    """Regenerate with: python -c "import json, sys; sys.path[:0] = ['tests']; import
+    test_fixtures_contract as t; print(json.dumps(t.facts(), indent=1, sort_keys=True))"
+    > tests/github_facts.json"""
+    assert json.loads(json.dumps(facts())) == FACTS
+
+
 @pytest.mark.parametrize("name", [n for n in REST if n not in DERIVED_FROM_PAYLOADS])
 def test_a_rest_fixture_answers_as_github_recorded(name):
-    fixture = _rest(name)
-    filename, method, pattern = fixture["recorded_as"].split(" ", 2)
-    exchange = recorded(REPLAY, filename, method, pattern)
-    assert (fixture["method"], fixture["status"]) == (exchange.method, exchange.status)
+    fixture, fact = _rest(name), FACTS["rest"][name]
+    pattern = fixture["recorded_as"].split(" ", 2)[2]
+    assert (fixture["method"], fixture["status"]) == (fact["method"], fact["status"])
     assert re.fullmatch(pattern, fixture["path"])
-    headers = {k.lower(): v for k, v in exchange.response_headers.items()}
     for header, value in fixture["headers"].items():
-        assert headers.get(header.lower()) == value, header
+        assert fact["headers"].get(header.lower()) == value, header
     if "request" in fixture:
-        assert fixture["request"] == sorted(exchange.request_body)
-    documents = [exchange.response_body]
-    if name == "comment":  # the 2012 recording, completed from today's comment object
-        documents += [json.loads(p.read_bytes())["comment"]
-                      for p in (PAYLOADS / "issue_comment").glob("*.json")]
-    body, expected = fixture["body"], shape(*documents)
-    assert mismatches(body, expected) == []
-    if isinstance(exchange.response_body, dict):
-        missing = set(exchange.response_body) - set(body)
+        assert fixture["request"] == fact["request"]
+    body = fixture["body"]
+    assert mismatches(body, fact["shape"]) == []
+    if fact["fields"] is not None:
+        missing = set(fact["fields"]) - set(body)
         assert not missing, f"{name} lacks fields GitHub sends: {sorted(missing)}"
-        if set(exchange.response_body) <= {"message", "documentation_url", "errors"}:
-            assert body["message"] == exchange.response_body["message"]  # GitHub's own words
+    if fact["message"] is not None:
+        assert body["message"] == fact["message"]  # GitHub's own words
 
 
 @pytest.mark.parametrize("name", sorted(DERIVED_FROM_PAYLOADS))
 def test_a_derived_rest_fixture_has_the_payloads_object_shape(name):
-    event, key = DERIVED_FROM_PAYLOADS[name]
-    objects = [json.loads(p.read_bytes())[key] for p in sorted((PAYLOADS / event).glob("*.json"))]
-    body = _rest(name)["body"]
-    assert mismatches(body, shape(*objects)) == []
-    missing = set.intersection(*(set(o) for o in objects)) - set(body)  # what every one has
+    body, fact = _rest(name)["body"], FACTS["derived"][name]
+    assert mismatches(body, fact["shape"]) == []
+    missing = set(fact["common"]) - set(body)  # what every example has
     assert not missing, f"{name} lacks fields GitHub sends: {sorted(missing)}"
 
 
 # -- webhook payloads the tests send -------------------------------------------------------------
-PAYLOAD_FIXTURES = sorted((FIXTURES / "payloads").glob("*/*.json"))
-
-
 @pytest.mark.parametrize("path", PAYLOAD_FIXTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_a_payload_fixture_has_the_shape_github_sends(path):
     event = path.parent.name
-    examples = [json.loads(p.read_bytes()) for p in sorted((PAYLOADS / event).glob("*.json"))]
-    assert examples, f"no recorded {event} payload to compare with"
+    assert event in FACTS["payloads"], f"no recorded {event} payload to compare with"
     derived = frozenset(where for ev, where in DERIVED if ev == event)
     if path.name.startswith("edited"):  # an edit carries what changed (GitHub's docs)
         derived |= {"changes"}
-    assert mismatches(json.loads(path.read_bytes()), shape(*examples), derived=derived) == []
+    assert mismatches(json.loads(path.read_bytes()), FACTS["payloads"][event],
+                      derived=derived) == []
