@@ -243,36 +243,34 @@ REDIS_ENV = "FASTCI_TEST_REDIS_URL"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
-class _PrivateRedis:
-    """A redis-server this session started; stopped at the session's end (pytest_sessionfinish,
-    and at exit should the session die first)."""
+class RedisServer:
+    """A redis-server of the caller's own on a free port, keeping its files in `folder`, with
+    extra `args` (a password, an ACL file); `stop` ends it, also when the caller failed."""
 
-    def __init__(self) -> None:
-        import atexit  # noqa: PLC0415
+    def __init__(self, folder: Path, *args: str) -> None:
         import socket  # noqa: PLC0415
-        import tempfile  # noqa: PLC0415
         import time  # noqa: PLC0415
 
-        self.folder = tempfile.mkdtemp(prefix="fastci-test-redis-")
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", self.folder],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        atexit.register(self.stop)
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+             "--appendonly", "no", "--dir", str(folder), *args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 10
-        while not _answers(self.url):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"redis-server did not start on port {self.port}")
-            time.sleep(0.05)
+        while True:  # listening is enough: a password or an ACL may refuse a PING
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"redis-server did not start on port {self.port}")
+                time.sleep(0.05)
 
     def stop(self) -> None:
-        import shutil  # noqa: PLC0415
-
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -280,6 +278,24 @@ class _PrivateRedis:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+class _PrivateRedis(RedisServer):
+    """A redis-server this session started, in a folder of its own; stopped at the session's
+    end (pytest_sessionfinish, and at exit should the session die first)."""
+
+    def __init__(self) -> None:
+        import atexit  # noqa: PLC0415
+        import tempfile  # noqa: PLC0415
+
+        self.folder = tempfile.mkdtemp(prefix="fastci-test-redis-")
+        super().__init__(Path(self.folder))
+        atexit.register(self.stop)
+
+    def stop(self) -> None:
+        import shutil  # noqa: PLC0415
+
+        super().stop()
         shutil.rmtree(self.folder, ignore_errors=True)
 
 

@@ -16,12 +16,10 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -134,41 +132,6 @@ def can_sandbox() -> str | None:
         if shutil.which(tool) is None:
             return f"{tool} is not installed"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RedisServer:
-    """A redis-server of the test's own on a free port, stopped at teardown."""
-
-    def __init__(self, tmp: Path, *args: str) -> None:
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(tmp), *args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("redis-server did not start")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def hostile_remote(tmp_path: Path, settings: str) -> tuple[Project, str, str, Path]:

@@ -9,7 +9,8 @@ import shutil
 
 import pytest
 import redis
-from attack_world import PASSWORD, RedisServer, acl_file
+from attack_world import PASSWORD, acl_file
+from conftest import RedisServer
 
 from fastci.app.events import Work
 from fastci.app.queue import Queues, queue

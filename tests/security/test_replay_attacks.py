@@ -23,14 +23,13 @@ from attack_world import (
     INSTALLATION,
     PASSWORD,
     SANDBOX_USER,
-    RedisServer,
     Runner,
     github_with_pull,
     key_file,
     selection_side,
     skip_unless_sandbox,
 )
-from conftest import Project
+from conftest import Project, RedisServer
 
 from fastci.app import jobs
 from fastci.app.events import Work

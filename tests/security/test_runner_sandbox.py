@@ -17,7 +17,6 @@ from attack_world import (
     PASSWORD,
     REPO,
     SANDBOX_USER,
-    RedisServer,
     Runner,
     acl_file,
     github_with_pull,
@@ -26,6 +25,7 @@ from attack_world import (
     selection_side,
     skip_unless_sandbox,
 )
+from conftest import RedisServer
 
 from fastci.app import jobs
 from fastci.app.events import Work
