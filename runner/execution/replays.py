@@ -15,15 +15,13 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from fastci.runner.errors import RunError
-from fastci.runner.execution import fetch
 from fastci.runner.execution.sandbox import Sandbox
-from fastci.runner.execution.shard import _clean, _mark_running, runner_dir
+from fastci.runner.execution.shard import job_folder
 from fastci.runner.prune.replayers import REPLAY_TIMEOUT, ReplayItem, items_from, read_output
 
 MAX_PACK_BYTES = 1024 * 2**20
@@ -34,20 +32,16 @@ def run_replays(request: dict) -> dict:
     Returns
     {"outputs": {item name: replay.py's output}, "seconds": ...}."""
     started = time.time()
-    _mark_running()
     sandbox = Sandbox.from_env()
-    job = Path(tempfile.mkdtemp(prefix="replay-", dir=runner_dir()))
-    os.chmod(job, 0o755)
-    home = job / "work"
-    try:
-        pack = job / "replays.tar.gz"
-        _receive(request, pack)
-        home.mkdir()
-        sandbox.give(home)
+    url = request.get("pack_url")
+    if not isinstance(url, str):
+        raise RunError("the replay request carries no pack_url: a runner takes its files "
+                       "only by a signed http(s) URL")
+    with job_folder(sandbox, "replay-", url, "replays.tar.gz", MAX_PACK_BYTES) as (job, home):
         base = home / "pack"
         unpacked = sandbox.run(["sh", "-c", 'mkdir -p "$1" && tar -xzf "$2" -C "$1" '
                                 '--no-same-owner --no-same-permissions', "sh", str(base),
-                                str(pack)], cwd=home, home=home, timeout=600)
+                                str(job / "replays.tar.gz")], cwd=home, home=home, timeout=600)
         if unpacked.returncode != 0:
             raise RunError(f"the replay pack cannot be unpacked: "
                            f"{unpacked.stderr.strip()[-300:]}")
@@ -65,20 +59,7 @@ def run_replays(request: dict) -> dict:
                 done = pool.map(lambda item: (item.name, _replay(sandbox, job, home, base, item)),
                                 step)
                 outputs.update(done)
-    finally:
-        _clean(sandbox, job, home)
     return {"outputs": outputs, "seconds": time.time() - started, "worker_pid": os.getpid()}
-
-
-def _receive(request: dict, dest: Path) -> None:
-    """The pack, downloaded by its signed URL into the job's folder (readable by the sandbox,
-    which unpacks it)."""
-    url = request.get("pack_url")
-    if not isinstance(url, str):
-        raise RunError("the replay request carries no pack_url: a runner takes its files "
-                       "only by a signed http(s) URL")
-    fetch.download(fetch.check_url(url), dest, MAX_PACK_BYTES)
-    os.chmod(dest, 0o644)
 
 
 def _replay(sandbox: Sandbox, job: Path, home: Path, base: Path, item: ReplayItem) -> dict:

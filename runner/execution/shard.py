@@ -23,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from fastci.runner.errors import RunError
@@ -115,22 +117,13 @@ def run_shard(request: dict) -> dict:
     passes then, it is flaky (listed in `flaky`, its passing record kept, its first failure in
     `flaky_failures`)."""
     started = time.time()
-    _mark_running()
     sandbox = Sandbox.from_env()
-    job = Path(tempfile.mkdtemp(prefix="job-", dir=runner_dir()))
-    os.chmod(job, 0o755)
-    home = job / "work"
-    try:
-        bundle = job / "commit.bundle"
-        url = request.get("bundle_url")
-        if url is None:
-            raise RunError("the shard's request carries no bundle_url: a runner takes its "
-                           "commit only from an http(s) URL, never from a path")
-        fetch.download(fetch.check_url(url), bundle, MAX_BUNDLE_BYTES)
-        os.chmod(bundle, 0o644)  # the sandbox user checks out of it
-        home.mkdir()
-        sandbox.give(home)
-        root = checkout(sandbox, bundle, request["sha"], home)
+    url = request.get("bundle_url")
+    if url is None:
+        raise RunError("the shard's request carries no bundle_url: a runner takes its "
+                       "commit only from an http(s) URL, never from a path")
+    with job_folder(sandbox, "job-", url, "commit.bundle", MAX_BUNDLE_BYTES) as (job, home):
+        root = checkout(sandbox, job / "commit.bundle", request["sha"], home)
         if request.get("record_all"):
             proc = _pytest(sandbox, root, job, home, request, None, "all")
             recording, problem = _read(home, "all")
@@ -147,13 +140,31 @@ def run_shard(request: dict) -> dict:
             _pytest(sandbox, root, job, home, request, failed, "again")
             recording, flaky_failures = flaky.confirm(recording, _read(home, "again")[0])
         captured = _captures(home, ["first", "again"], recording)
-    finally:
-        _clean(sandbox, job, home)
     return {"sha": request["sha"], "exit_code": proc.returncode, "recording": recording,
             "problem": problem, "captures": captured, "flaky": sorted(flaky_failures),
             "flaky_failures": flaky_failures,
             "output_tail": (proc.stdout + proc.stderr)[-4000:],
             "seconds": time.time() - started, "worker_pid": os.getpid()}
+
+
+@contextmanager
+def job_folder(sandbox: Sandbox, prefix: str, url: str, name: str, max_bytes: int
+               ) -> Iterator[tuple[Path, Path]]:
+    """A runner job's folder (job, home): `url` downloaded into job/`name`, readable by the
+    sandbox, and home/ the sandbox's to write in; removed when the job ends, however it
+    ends. Marks the job as running here, so a dead worker is noticed."""
+    _mark_running()
+    job = Path(tempfile.mkdtemp(prefix=prefix, dir=runner_dir()))
+    os.chmod(job, 0o755)
+    home = job / "work"
+    try:
+        fetch.download(fetch.check_url(url), job / name, max_bytes)
+        os.chmod(job / name, 0o644)  # the sandbox user reads it
+        home.mkdir()
+        sandbox.give(home)
+        yield job, home
+    finally:
+        _clean(sandbox, job, home)
 
 
 def pause(seconds: float) -> None:
