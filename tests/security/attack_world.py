@@ -174,6 +174,23 @@ def skip_unless_sandbox() -> None:
     if why:
         pytest.skip(why)
     ensure_user(SANDBOX_USER)
+    reach_fastci()
+
+
+def reach_fastci() -> None:
+    """The sandbox user runs FastCI's own code, so it must be able to reach its install, as
+    it can where a deployment installs it: a checkout inside a private folder (`mktemp -d`,
+    mode 0700) gets search permission (o+x: no listing) on each folder above it, given back
+    at exit."""
+    import atexit  # noqa: PLC0415
+
+    import fastci  # noqa: PLC0415
+
+    for folder in Path(fastci.__file__).resolve().parents:
+        mode = folder.stat().st_mode
+        if not mode & 0o001:
+            os.chmod(folder, mode | 0o001)
+            atexit.register(os.chmod, folder, mode & 0o7777)
 
 
 def key_file(tmp_path: Path):
