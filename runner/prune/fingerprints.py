@@ -54,7 +54,7 @@ def tensor_leaf(t: torch.Tensor, summaries: bool = True) -> dict:
     backend = "torch" if t.device.type == "cpu" else "auto"
     if not summaries:  # recording: the hash alone proves a replay reproduced the call
         return {"hash": f"{tensor_hash(t, backend=backend):016x}",
-                "dtype": dtype_name(t.dtype), "shape": list(t.shape)}
+                "dtype": dtype_name(t.dtype), "shape": [int(d) for d in t.shape]}
     fp = fingerprint(t, backend=backend)
     return {"hash": f"{fp.hash:016x}", "dtype": fp.dtype, "shape": list(fp.shape),
             "sum": _finite(fp.sum), "sumsq": _finite(fp.sumsq), "absmax": _finite(fp.absmax),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import sys
 import tempfile
@@ -78,7 +79,8 @@ class ModuleCapture:
         capture = self
 
         def __call__(module, *args, **kwargs):
-            if capture._test is None or not capture._is_repo(type(module)):
+            if _tracing(torch) or capture._test is None \
+                    or not capture._is_repo(type(module)):
                 return original(module, *args, **kwargs)
             return capture._call(original, module, args, kwargs)
 
@@ -150,6 +152,7 @@ class ModuleCapture:
                     )
 
                     capture.out = fingerprints(out, "out", summaries=False)
+                    json.dumps(capture.out)  # stored as JSON: prove it here, not at save
                 except Exception as exc:  # noqa: BLE001 - any failure: not replayable
                     capture.digest, capture.why = None, f"output not fingerprintable: {exc}"
         return out
@@ -195,6 +198,17 @@ class ModuleCapture:
             path.write_bytes(data)
             self.blobs[digest] = path
         capture.digest, capture.size = digest, len(data)
+
+
+def _tracing(torch) -> bool:
+    """Under torch.jit.trace or torch.compile a call records a graph, not values: its
+    arguments may be proxies (a shape of tensors), and a replay would not run what the
+    traced program runs. Such calls stay in the test's own context: never pruned. Checked
+    first, and with nothing else: torch.compile(fullgraph=True) traces this wrapper too, and
+    fails on anything it cannot trace (os.path.realpath's lstat)."""
+    if torch.compiler.is_compiling():
+        return True
+    return torch.jit.is_tracing()
 
 
 def _qualname(cls: type) -> str:
