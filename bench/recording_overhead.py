@@ -6,10 +6,14 @@ pytest; recording with each line recorder the interpreter has (`coverage`, and `
 Python 3.12+); recording with capture for pruning off (`--capture-off`: capture's share);
 pytest-testmon when it is installed in that interpreter. Default subject: examples/tinyllm,
 copied into a temporary git repository; `--suite` takes any folder with a pytest suite,
-`--pytest-args` what it needs (a test path, `-x`, ...).
+`--pytest-args` what it needs (a test path, `-x`, ...). `--sdist NAME==VERSION` measures a
+real-world suite from PyPI instead: the project's source distribution (which, unlike its
+wheel, holds its tests) is downloaded from the package index and its own tests run from
+there, against the installed package of the same version; `--env K=V` sets what such a suite
+needs (einops: `EINOPS_TEST_BACKENDS=numpy,torch`).
 
-    python bench/recording_overhead.py [--suite DIR] [--repeat 3] [--python PATH]
-        [--capture-off] [--pytest-args "..."]
+    python bench/recording_overhead.py [--suite DIR | --sdist NAME==VERSION] [--repeat 3]
+        [--python PATH] [--capture-off] [--pytest-args "..."] [--env K=V ...]
 """
 
 from __future__ import annotations
@@ -44,8 +48,20 @@ def modes(python: str, capture_off: bool) -> dict[str, tuple[list[str], dict[str
             out[f"record ({recorder}, no capture)"] = (
                 ["--fastci-record"], {"FASTCI_RECORDER": recorder, "FASTCI_PRUNE": "off"})
     if _has(python, "import testmon"):
-        out["pytest-testmon"] = (["--testmon"], {})
+        out["pytest-testmon"] = (["--testmon"], {})  # it needs pytest's cache provider
     return out
+
+
+def fetch_sdist(requirement: str, python: str, into: Path) -> Path:
+    """The unpacked source distribution of `requirement`, from the configured package index."""
+    subprocess.run([python, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+                    "-d", str(into), requirement], check=True)
+    archives = [p for p in into.iterdir() if p.name.endswith((".tar.gz", ".zip"))]
+    if len(archives) != 1:
+        sys.exit(f"expected one source archive for {requirement}, found {archives}")
+    shutil.unpack_archive(str(archives[0]), str(into / "unpacked"))
+    (root,) = (into / "unpacked").iterdir()
+    return root
 
 
 def main() -> None:
@@ -56,38 +72,47 @@ def main() -> None:
     ap.add_argument("--capture-off", action="store_true",
                     help="also record with capture for pruning off (FASTCI_PRUNE=off)")
     ap.add_argument("--pytest-args", default="", help="more pytest arguments (one string)")
+    ap.add_argument("--sdist", metavar="NAME==VERSION",
+                    help="measure this PyPI project's own test suite (from its sdist)")
+    ap.add_argument("--env", action="append", default=[], metavar="K=V",
+                    help="environment the suite needs (repeatable)")
     args = ap.parse_args()
+    suite_env = dict(item.split("=", 1) for item in args.env)
     version = subprocess.run([args.python, "-c", "import sys; print(sys.version.split()[0])"],
                              capture_output=True, text=True, check=True).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="fastci-overhead-") as tmp:
+        if args.sdist:
+            args.suite = str(fetch_sdist(args.sdist, args.python, Path(tmp) / "sdist"))
         repo = Path(tmp) / "suite"
         shutil.copytree(args.suite, repo, ignore=shutil.ignore_patterns(
             "__pycache__", ".fastci", ".pytest_cache", "changes", ".testmondata*"))
         for cmd in (["init", "-q"], ["add", "-A"],
                     ["-c", "user.email=b@b", "-c", "user.name=b", "commit", "-q", "-m", "s"]):
             subprocess.run(["git", *cmd], cwd=repo, check=True)
-        base = [args.python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                f"--rootdir={repo}", *shlex.split(args.pytest_args)]
+        base = [args.python, "-m", "pytest", "-q", f"--rootdir={repo}",
+                *shlex.split(args.pytest_args)]
         runs = modes(args.python, args.capture_off)
         times: dict[str, list[float]] = {name: [] for name in runs}
         for i in range(args.repeat):
             for name, (extra, env) in runs.items():
-                for leftover in (".fastci", ".testmondata"):
+                for leftover in (".fastci", ".testmondata", ".pytest_cache"):
                     path = repo / leftover
                     if path.is_dir():
                         shutil.rmtree(path)
                     elif path.exists():
                         path.unlink()
                 start = time.perf_counter()
-                proc = subprocess.run(base + extra, cwd=repo, capture_output=True, text=True,
-                                      env={**os.environ, **env})
+                cache = [] if "--testmon" in extra else ["-p", "no:cacheprovider"]
+                proc = subprocess.run(base + cache + extra, cwd=repo, capture_output=True,
+                                      text=True, env={**os.environ, **suite_env, **env})
                 elapsed = time.perf_counter() - start
                 if proc.returncode not in (0, 1):  # 1: some tests of the suite fail
                     sys.exit(f"{name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
                 times[name].append(elapsed)
                 print(f"  run {i + 1}/{args.repeat} {name:<32} {elapsed:6.1f}s", flush=True)
         plain = statistics.median(times["plain pytest"])
-        print(f"\nPython {version}, suite {Path(args.suite).name}, {args.repeat} alternating "
+        name = args.sdist or Path(args.suite).name
+        print(f"\nPython {version}, suite {name}, {args.repeat} alternating "
               f"rounds; load average {os.getloadavg()[0]:.1f}")
         print(f"{'mode':<34}{'median':>9}{'min':>9}{'max':>9}{'overhead':>10}")
         for name, values in times.items():
