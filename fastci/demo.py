@@ -210,7 +210,7 @@ def run_demo(workdir: Path | None = None, out: Path | None = None, say=print,
 
 def percent(share: float, selected: int) -> str:
     """A share as a whole percentage that never rounds a selection away: 5 tests selected
-    out of 357 is ">99%" saved, not "100%"."""
+    out of 368 is ">99%" saved, not "100%"."""
     if selected and share > 0.99:
         return ">99%"
     return f"{share:.0%}"

@@ -449,6 +449,151 @@ def test_mp_spawn_and_torchrun_record_for_their_tests_with_their_ranks(project):
 
 
 
+KERNEL = {
+    "pyproject.toml": "[project]\nname = 'kern'\nversion = '0'\n",
+    "kern/__init__.py": "",
+    "kern/ops.py": '''
+        import torch
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def _scale(x):
+            return x * 2
+
+
+        @triton.jit
+        def double_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK)
+            mask = offs < n
+            tl.store(out_ptr + offs, _scale(tl.load(x_ptr + offs, mask=mask)), mask=mask)
+
+
+        def double(x):
+            out = torch.empty_like(x)
+            double_kernel[(1,)](x, out, x.numel(), BLOCK=16)
+            return out
+    ''',
+    "tests/test_kern.py": '''
+        import os
+        import subprocess
+        import sys
+
+
+        def test_kernel_in_a_child():
+            code = ("import torch; from kern.ops import double; "
+                    "print(double(torch.ones(4)).tolist())")
+            out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                                 text=True, env={**os.environ, "TRITON_INTERPRET": "1"}).stdout
+            assert out.strip() == "[2.0, 2.0, 2.0, 2.0]"
+
+
+        def test_no_kernel():
+            assert sys.version_info >= (3,)
+    ''',
+}
+
+
+def test_a_triton_kernel_a_child_launches_is_evidence_of_its_test(project):
+    """Children launch kernels untraced, as the parent does (the interpreter's Python is not
+    traced): the launch itself is the evidence, and it covers the jit functions it calls."""
+    pytest.importorskip("triton")
+    project.write(KERNEL)
+    project.commit()
+    project.record()
+    test = "tests/test_kern.py::test_kernel_in_a_child"
+    explained = project.fastci("explain", test).stdout
+    assert "launched kernels: kern/ops.py::double_kernel" in explained, explained
+    project.edit("kern/ops.py", "return x * 2", "return x * 3")  # a jit function it calls
+    chosen = {t["id"]: t["reasons"] for t in project.select()["tests"]
+              if t["decision"] == "selected"}
+    assert set(chosen) == {test}
+    assert chosen[test][0].startswith("launched a Triton kernel"), chosen[test]
+
+
+IMPORTS = {
+    "pyproject.toml": "[project]\nname = 'im'\nversion = '0'\n",
+    "im/__init__.py": "",
+    "im/consts.py": '''
+        SCALE = 2
+        UNUSED = 3
+
+
+        def scaled(x):
+            return x * SCALE
+    ''',
+    "tests/test_imports.py": '''
+        import subprocess
+        import sys
+
+        from im.consts import scaled
+
+
+        def test_in_a_child():
+            code = "from im.consts import scaled; assert scaled(2) == 4"
+            subprocess.run([sys.executable, "-c", code], check=True)
+
+
+        def test_in_process():
+            assert scaled(2) == 4
+    ''',
+}
+
+
+def _imports_project(project):
+    project.write(IMPORTS)
+    project.commit()
+    project.record()
+
+
+def test_a_module_value_a_child_reads_selects_its_test(project):
+    _imports_project(project)
+    project.edit("im/consts.py", "SCALE = 2", "SCALE = 5")
+    assert project.selected() == {"tests/test_imports.py::test_in_a_child",
+                                  "tests/test_imports.py::test_in_process"}
+
+
+def test_a_module_value_no_process_reads_selects_nobody(project):
+    """A child imports the module inside its test, so its evidence holds the module body as
+    run; a change resolved to names nobody reads selects nobody, as it does for the test
+    process, which imported the module at collection."""
+    _imports_project(project)
+    project.edit("im/consts.py", "UNUSED = 3", "UNUSED = 4")
+    assert project.selected() == set()
+
+
+def test_a_module_level_side_effect_only_a_child_ran_selects_its_test(project):
+    """The other side of the rule above: a module-level statement that is not a plain
+    definition is not resolved to names, so a test whose child ran that module's body (and
+    no test that did not) is selected."""
+    project.write({
+        "pyproject.toml": "[project]\nname = 'se'\nversion = '0'\n",
+        "se/__init__.py": "",
+        "se/plugin.py": """
+            REGISTRY = []
+            REGISTRY.append("a")
+        """,
+        "tests/test_side.py": """
+            import subprocess
+            import sys
+
+
+            def test_in_a_child():
+                code = "import se.plugin as p; assert p.REGISTRY == ['a']"
+                subprocess.run([sys.executable, "-c", code], check=True)
+
+
+            def test_elsewhere():
+                assert True
+        """,
+    })
+    project.commit()
+    project.record()
+    project.edit("se/plugin.py", 'REGISTRY.append("a")', 'REGISTRY.append("b")')
+    assert project.selected() == {"tests/test_side.py::test_in_a_child"}
+
+
 def _selection(tests, changes, tree=None):
     from fastci.runner.analysis.environment import current  # noqa: PLC0415
     from fastci.runner.analysis.inventory import ImportGraph  # noqa: PLC0415

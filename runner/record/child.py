@@ -22,6 +22,7 @@ select-on-any-change rule, with the reason. This module imports little: it runs 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.abc
 import json
 import os
@@ -332,7 +333,29 @@ def _install_kernel_hook(module) -> None:  # noqa: ARG001
         if state is not None and filename.startswith(state.root):
             state.kernels.add((filename, qualname))
 
-    tracing.KernelHook(on_launch).install()
+    tracing.KernelHook(on_launch, _untraced).install()
+
+
+@contextlib.contextmanager
+def _untraced():
+    """No line tracing inside a Triton launch, as in the parent: the launch is the kernel's
+    evidence, and under TRITON_INTERPRET=1 tracing the interpreter made a child's launches
+    several times slower."""
+    state = _state
+    cov = None if state is None or state.pid != os.getpid() else state.cov
+    if cov is None and state is not None and state.pid == os.getpid():
+        from coverage.control import process_startup  # noqa: PLC0415 (already imported)
+
+        cov = getattr(process_startup, "coverage", None)
+    collector = getattr(cov, "_collector", None)
+    if collector is None:
+        yield
+        return
+    collector.pause()
+    try:
+        yield
+    finally:
+        collector.resume()
 
 
 def _on_rank(info: dict) -> None:
@@ -381,11 +404,13 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         original = getattr(loader, "exec_module", None)
         if original is None:
             return spec
-        callbacks = self.callbacks.pop(name)
+        # The callbacks are taken when the module runs, not when it is found: a lookup alone
+        # (`importlib.util.find_spec("triton")`, which torch's CUDA builds make as they start)
+        # must leave them for the import that follows.
 
         def exec_module(module):
             original(module)
-            for callback in callbacks:
+            for callback in self.callbacks.pop(name, ()):
                 try:
                     callback(module)
                 except Exception:

@@ -4,15 +4,19 @@ import numpy as np
 import pytest
 import torch
 
+from tinyllm.config import load_config
 from tinyllm.model.transformer import build_model
 from tinyllm.train.checkpointing import (
     apply_activation_checkpointing,
     capture_rng_state,
+    export_flat_weights,
     load_checkpoint,
+    load_flat_weights,
     restore_rng_state,
     save_checkpoint,
 )
 from tinyllm.train.optim import build_optimizer
+from tinyllm.train.trainer import Trainer
 
 pytestmark = pytest.mark.correctness
 
@@ -110,3 +114,30 @@ def test_unknown_checkpoint_version_is_rejected(tiny_config, tmp_path):
     torch.save({"version": 0}, tmp_path / "old.pt")
     with pytest.raises(ValueError, match="unsupported checkpoint version 0"):
         load_checkpoint(tmp_path / "old.pt", model)
+
+
+def test_flat_weights_round_trip_and_refuse_another_model(tiny_config, tmp_path, config_dir):
+    source = build_model(tiny_config.model, seed=1)
+    export_flat_weights(source, tmp_path / "w.f32")
+    target = build_model(tiny_config.model, seed=2)
+    load_flat_weights(tmp_path / "w.f32", target)
+    for (name, a), b in zip(source.state_dict().items(), target.state_dict().values()):
+        assert torch.equal(a, b), name
+    other = build_model(load_config(config_dir / "shared_ffn.yaml").model)
+    with pytest.raises(ValueError, match="the model has"):
+        load_flat_weights(tmp_path / "w.f32", other)
+    (tmp_path / "junk.f32").write_bytes(b"\0" * 64)
+    with pytest.raises(ValueError, match="not a tinyllm flat weights file"):
+        load_flat_weights(tmp_path / "junk.f32", target)
+
+
+def test_checked_in_weights_reproduce_the_golden_eval_loss(tiny_config, tokenizer, tiny_dataset, golden_dir,
+                                                          load_golden, device):
+    """tests/golden/tiny_weights.f32 is the tiny run's model after its 40 golden steps."""
+    golden = load_golden("tiny")
+    trainer = Trainer(tiny_config, device=device, tokenizer=tokenizer, dataset=tiny_dataset)
+    before = trainer.evaluate()
+    load_flat_weights(golden_dir / "tiny_weights.f32", trainer.model)
+    tol = golden["tolerance"][device.type]
+    assert trainer.evaluate() == pytest.approx(golden["eval_loss"], abs=tol["atol"], rel=tol["rtol"])
+    assert trainer.evaluate() < before - 1.0

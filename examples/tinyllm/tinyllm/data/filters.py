@@ -8,7 +8,10 @@ Three signals decide which documents reach training:
   documents (clean, typical text) plus a small slice of the hardest ones, so
   the model still sees some rare characters and constructions;
 * the domain-consistency score measures how on-topic a document is; the
-  sampler uses it to weight data buckets.
+  sampler uses it to weight data buckets;
+* the symbol ratio drops garbled text (markup debris, mojibake, encoding
+  noise) on its own; the streaming loader (tinyllm.data.loader) applies it,
+  per document, in its worker processes.
 """
 
 from __future__ import annotations
@@ -28,6 +31,12 @@ ENTROPY_THRESHOLD = 3.5
 LENGTH_EXPONENT = 0.3
 KEEP_EASIEST = 0.4
 KEEP_HARDEST = 0.1
+
+# Share of characters that are neither letters, digits, whitespace nor common
+# punctuation above which a document is garbled. Clean prose has none; noisy
+# in-domain prose stays around 0.02.
+MAX_SYMBOL_RATIO = 0.05
+PLAIN_PUNCTUATION = frozenset(".,;:!?'\"()-")
 
 _WORD_RE = re.compile(r"[a-z]+")
 
@@ -117,6 +126,22 @@ def rescore(
     n_hard = math.floor(keep_hardest * n)
     kept = set(order[:n_easy]) | set(order[n - n_hard :] if n_hard else [])
     return sorted(kept)
+
+
+def symbol_ratio(text: str) -> float:
+    """Share of the characters of ``text`` that are symbols (0.0 for empty text)."""
+    if not text:
+        return 0.0
+    symbols = sum(
+        not (ch.isascii() and (ch.isalnum() or ch.isspace())) and ch not in PLAIN_PUNCTUATION
+        for ch in text
+    )
+    return symbols / len(text)
+
+
+def passes_symbol_ratio(text: str, max_ratio: float = MAX_SYMBOL_RATIO) -> bool:
+    """True when at most ``max_ratio`` of ``text`` is symbols."""
+    return symbol_ratio(text) <= max_ratio
 
 
 def domain_consistency(text: str, terms: Iterable[str]) -> float:

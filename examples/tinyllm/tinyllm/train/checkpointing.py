@@ -7,10 +7,16 @@ recompute them in backward, trading compute for memory where it pays most.
 A training checkpoint holds everything needed for a bit-identical resume:
 model and optimizer state, the step, every RNG stream (python, numpy, torch
 CPU and CUDA) and the data sampler's position.
+
+Exported weights are one flat little-endian float32 file, the layout C
+inference code reads: a four-word header (magic, format version, tensor count,
+value count) then every tensor of ``state_dict()`` in order. Loading maps the
+file with ``torch.from_file``, in torch's C++ code: no Python file object.
 """
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Iterable
 from pathlib import Path
@@ -21,6 +27,9 @@ import torch
 from torch import nn
 
 CHECKPOINT_VERSION = 1
+FLAT_MAGIC = 0x6D6C6C74  # b"tllm", little-endian
+FLAT_VERSION = 1
+FLAT_HEADER = 4  # int32 words: magic, version, tensors, values
 
 
 def apply_activation_checkpointing(model: nn.Module, layers: Iterable[int]) -> None:
@@ -100,3 +109,34 @@ def load_checkpoint(
             rng["cuda"] = [s.cpu() for s in rng["cuda"]]
         restore_rng_state(rng)
     return state
+
+
+def export_flat_weights(model: nn.Module, path: str | Path) -> None:
+    """Write the model's weights as one flat float32 file (see the module docstring)."""
+    tensors = [t.detach().to("cpu", torch.float32).flatten() for t in model.state_dict().values()]
+    values = sum(t.numel() for t in tensors)
+    header = torch.tensor([FLAT_MAGIC, FLAT_VERSION, len(tensors), values], dtype=torch.int32)
+    flat = torch.cat([header.view(torch.float32), *tensors])
+    Path(path).write_bytes(flat.numpy().astype("<f4").tobytes())
+
+
+def load_flat_weights(path: str | Path, model: nn.Module) -> None:
+    """Load weights written by :func:`export_flat_weights` into ``model``, checking the
+    header against the model's own tensors."""
+    size = os.path.getsize(path)
+    if size % 4 or size < 4 * FLAT_HEADER:
+        raise ValueError(f"{path}: {size} bytes is not a flat float32 weights file")
+    flat = torch.from_file(os.fspath(path), shared=False, size=size // 4, dtype=torch.float32)
+    magic, version, n_tensors, n_values = flat[:FLAT_HEADER].view(torch.int32).tolist()
+    if magic != FLAT_MAGIC or version != FLAT_VERSION:
+        raise ValueError(f"{path}: not a tinyllm flat weights file (version {FLAT_VERSION})")
+    state = model.state_dict()
+    expected = sum(t.numel() for t in state.values())
+    if (n_tensors, n_values) != (len(state), expected) or flat.numel() != FLAT_HEADER + expected:
+        raise ValueError(f"{path}: holds {n_tensors} tensors of {n_values} values, the model has "
+                         f"{len(state)} of {expected}")
+    offset = FLAT_HEADER
+    with torch.no_grad():
+        for tensor in state.values():
+            tensor.copy_(flat[offset : offset + tensor.numel()].view_as(tensor))
+            offset += tensor.numel()

@@ -9,6 +9,7 @@ a checkpoint continues exactly as the uninterrupted run would have.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from dataclasses import dataclass
@@ -34,6 +35,15 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def make_deterministic() -> None:
+    """The settings the golden files were made under, for processes outside the test suite
+    (the training command, data-parallel ranks): one CPU thread, so reductions keep one
+    order, and torch's deterministic algorithms."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
 
 
 @dataclass
