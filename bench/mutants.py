@@ -71,12 +71,37 @@ def _docstring_nodes(tree: ast.Module) -> set[ast.AST]:
     return docstring_nodes
 
 
+MEMOIZERS = ("lru_cache", "cache", "cached_property")
+
+
+def _memoized_bodies(tree: ast.Module) -> set[ast.AST]:
+    """The nodes inside the bodies of functions wrapped by functools.lru_cache, cache or
+    cached_property: a test that only hits the cache never runs them."""
+    inside = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                _decorator_name(d) in MEMOIZERS for d in node.decorator_list):
+            for stmt in node.body:
+                inside.update(ast.walk(stmt))
+    return inside
+
+
+def _decorator_name(deco: ast.expr) -> str:
+    target = deco.func if isinstance(deco, ast.Call) else deco
+    return target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+
+
 def _candidates(tree: ast.Module):
-    """(operator, node, mutated replacement node or source text)."""
+    """(operator, node, mutated replacement node or source text). A mutation inside a
+    memoized function's body is offered under its own operator and as "memoized body"."""
     parent = _parents(tree)
     docstring_nodes = _docstring_nodes(tree)
+    memoized = _memoized_bodies(tree)
     for node in ast.walk(tree):
-        yield from _node_candidates(node, parent, docstring_nodes)
+        for operator, target, new in _node_candidates(node, parent, docstring_nodes):
+            yield operator, target, new
+            if target in memoized:
+                yield "memoized body", target, new
 
 
 def _swapped_arguments(node: ast.Call):

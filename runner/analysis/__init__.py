@@ -1,8 +1,9 @@
 """Analysis: what a tree holds and what a change changed.
 
 `blocks` parses Python into fingerprinted blocks; `inventory` caches a whole tree's blocks by
-blob sha and builds its import graph; `changes` diffs two trees into a `ChangeSet`;
-`environment` describes where a run happened; `discover` finds tests statically.
+blob sha and builds its import graph; `changes` diffs two trees into a `ChangeSet`, and
+`statements` compares a changed function statement by statement; `environment` describes
+where a run happened; `discover` finds tests statically.
 All of it reads sources and git trees, never runs repository code.
 """
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 import copy
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -121,6 +121,11 @@ def _without_defs(stmt: ast.stmt) -> ast.stmt:
 
 def _normalised_body(body: list[ast.stmt]) -> list[ast.stmt]:
     return [_without_defs(s) for s in _strip_docstring(body)]
+
+
+def normalised_statement(stmt: ast.stmt) -> ast.stmt:
+    """A statement as its block's fingerprint sees it: nested defs and classes as stubs."""
+    return _without_defs(stmt)
 
 
 def _dump(nodes: Sequence[ast.AST] | ast.AST) -> str:
@@ -257,7 +262,8 @@ def _statement(stmt: ast.stmt) -> Statement:
                      reads=tuple(sorted(reads)), kind=kind)
 
 
-def _is_jit(node: ast.AST) -> bool:
+def is_jit(node: ast.AST) -> bool:
+    """Decorated with triton.jit, autotune or heuristics (a kernel or jit function)."""
     for deco in getattr(node, "decorator_list", []):
         target = deco.func if isinstance(deco, ast.Call) else deco
         name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
@@ -286,23 +292,10 @@ class _Collector:
         self._children(tree.body, prefix="")
 
     def _children(self, body: list[ast.stmt], prefix: str) -> None:
-        for stmt in body:
-            self._visit_stmt(stmt, prefix)
+        for qualname, node in defs_in(body, prefix):  # parents first: the innermost wins
+            self._def(node, qualname)
 
-    def _visit_stmt(self, stmt: ast.stmt, prefix: str) -> None:
-        if isinstance(stmt, _DEFS):
-            self._def(stmt, prefix)
-            return
-        # Defs nested inside if/try/with/for at this level still belong to this scope.
-        for child in ast.iter_child_nodes(stmt):
-            if isinstance(child, ast.stmt):
-                self._visit_stmt(child, prefix)
-            elif isinstance(child, (ast.ExceptHandler, ast.match_case)):
-                for grandchild in child.body:
-                    self._visit_stmt(grandchild, prefix)
-
-    def _def(self, node: _Def, prefix: str) -> None:
-        qualname = f"{prefix}{node.name}"
+    def _def(self, node: _Def, qualname: str) -> None:
         start = min([node.lineno] + [d.lineno for d in node.decorator_list])
         end = _end(node)
         body = _normalised_body(node.body)
@@ -314,12 +307,10 @@ class _Collector:
             kind = "class"
             fingerprint = _digest(_dump(header) + "\n|" + _dump(body))
             statements = tuple(_statement(s) for s in _strip_docstring(node.body))
-            child_prefix = f"{qualname}."
         else:
             kind = "function"
             fingerprint = _digest(type(node).__name__ + _dump(header) + "\n|" + _dump(body))
             statements = ()
-            child_prefix = f"{qualname}.<locals>."
         # The decorators and the def/class line run in the parent scope, when the body
         # runs they are not reported again: they belong to the parent.
         body_start = node.body[0].lineno if node.body else end
@@ -328,10 +319,40 @@ class _Collector:
         self.blocks.append(Block(
             qualname=qualname, kind=kind, start=start, end=end, fingerprint=fingerprint,
             reads=tuple(sorted(head_reads | body_reads)), statements=statements,
-            is_jit=_is_jit(node), calls=tuple(sorted(head_calls | body_calls)),
+            is_jit=is_jit(node), calls=tuple(sorted(head_calls | body_calls)),
             body_start=body_start, header=_digest(_dump(header)),
             inherits=isinstance(node, ast.ClassDef) and bool(node.bases or node.keywords)))
-        self._children(node.body, child_prefix)
+
+
+def defs_in(body: list[ast.stmt], prefix: str = "") -> Iterator[tuple[str, _Def]]:
+    """(qualname, node) of every def and class in a body, parents before children, as
+    blocks are named: defs nested in if/try/with/for at one level belong to that scope."""
+    for stmt in body:
+        if isinstance(stmt, _DEFS):
+            qualname = f"{prefix}{stmt.name}"
+            yield qualname, stmt
+            inner = f"{qualname}." if isinstance(stmt, ast.ClassDef) else f"{qualname}.<locals>."
+            yield from defs_in(stmt.body, inner)
+            continue
+        for child in ast.iter_child_nodes(stmt):
+            if isinstance(child, ast.stmt):
+                yield from defs_in([child], prefix)
+            elif isinstance(child, (ast.ExceptHandler, ast.match_case)):
+                yield from defs_in(child.body, prefix)
+
+
+def module_statement_at(source: str | bytes, line: int) -> tuple[int, Statement] | None:
+    """The module-level statement that spans `line` (decorators included): its first line
+    and what it binds, or None (no such statement, or the source does not parse)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    for stmt in _strip_docstring(tree.body):
+        first = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
+        if first <= line <= (stmt.end_lineno or stmt.lineno):
+            return first, _statement(stmt)
+    return None
 
 
 def _imports(tree: ast.Module, module_name: str | None, is_package: bool) -> tuple[str, ...]:

@@ -9,10 +9,11 @@ what cannot be resolved is said so, for the selection to widen.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from fastci.runner.analysis.blocks import MODULE, Block, FileBlocks
+from fastci.runner.analysis.statements import FunctionChange, function_changes
 
 # Files that change what every test runs under.
 PYTEST_CONFIG = ("pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml")
@@ -49,6 +50,9 @@ class ChangeSet:
     """path -> the module-level names whose values changed in that module, a class's own
     name standing for any change in its body: what a test that reads the module by string
     (getattr, import_module) can see."""
+    functions: Mapping[tuple[str, str], FunctionChange] = field(default_factory=dict)
+    """(path, qualname) -> how a modified function changed statement by statement, where
+    both its sources were at hand (`statements.py`)."""
 
     @property
     def paths(self) -> list[str]:
@@ -101,25 +105,72 @@ def _statement_changes(old: Block | None, new: Block | None):
     return changed
 
 
+Sources = Mapping[str, tuple["bytes | str | None", "bytes | str | None"]]
+
+
 def analyse(files: tuple[FileChange, ...], old_inv: Mapping[str, FileBlocks],
-            new_inv: Mapping[str, FileBlocks], head_inventories: Mapping[str, FileBlocks]
-            ) -> ChangeSet:
+            new_inv: Mapping[str, FileBlocks], head_inventories: Mapping[str, FileBlocks],
+            sources: Sources | None = None) -> ChangeSet:
     """Blocks, names and unresolved bodies of a set of file changes.
 
     `old_inv` and `new_inv` hold the changed Python files at the evidence's tree and at the
     head; `head_inventories` every Python file at the head, for propagating changed names
-    through module-level statements that read them (`B = EPS * 2`).
+    through module-level statements that read them (`B = EPS * 2`). `sources`: path ->
+    (old source, new source) of modified Python files, for comparing modified functions
+    statement by statement (a file without both keeps whole functions).
     """
     found = _Found()
     for change in files:
         found.add(change, old_inv, new_inv)
+    functions = _function_changes(found.blocks, old_inv, sources or {})
     # A name computed from a changed name changed too, in any module (B = EPS * 2).
     _propagate(found.names, found.local, found.unresolved, head_inventories, found.by_path)
     return ChangeSet(files=files, blocks=found.blocks, unparseable=found.unparseable,
                      names=frozenset(found.names),
                      local_names={p: frozenset(n) for p, n in found.local.items()},
                      unresolved=found.unresolved, added_methods=found.added_methods,
-                     names_by_path={p: frozenset(n) for p, n in found.by_path.items() if n})
+                     names_by_path={p: frozenset(n) for p, n in found.by_path.items() if n},
+                     functions=functions)
+
+
+def _function_changes(blocks: Mapping[tuple[str, str], str], old_inv: Mapping[str, FileBlocks],
+                      sources: Sources) -> dict[tuple[str, str], FunctionChange]:
+    wanted: dict[str, list[str]] = {}
+    for (path, qualname), status in blocks.items():
+        fb = old_inv.get(path)
+        block = fb.by_qualname().get(qualname) if fb is not None else None
+        if status == "modified" and block is not None and block.kind == "function":
+            wanted.setdefault(path, []).append(qualname)
+    out = {}
+    for path, qualnames in sorted(wanted.items()):
+        old_source, new_source = sources.get(path, (None, None))
+        if old_source is None or new_source is None:
+            continue
+        for qualname, change in function_changes(old_source, new_source, qualnames).items():
+            out[(path, qualname)] = change
+    return out
+
+
+def with_names(changes: ChangeSet, by_path: Mapping[str, set[str]],
+               unresolved: Mapping[str, str], inventories: Mapping[str, FileBlocks]
+               ) -> ChangeSet:
+    """The change set with more module-level names whose values changed (`by_path`: path ->
+    names bound there, e.g. by a statement whose import-time call ran changed code) and more
+    unresolved modules, propagated as changed names are (`B = DEFAULT * 2`)."""
+    if not any(by_path.values()) and not unresolved:
+        return changes
+    names = set(changes.names)
+    fresh_by_path = {p: set(n) for p, n in changes.names_by_path.items()}
+    for path, bound in by_path.items():
+        names.update(bound)
+        fresh_by_path.setdefault(path, set()).update(bound)
+    local = {p: set(n) for p, n in changes.local_names.items()}
+    fresh_unresolved = dict(changes.unresolved)
+    for path, why in unresolved.items():
+        fresh_unresolved.setdefault(path, why)
+    _propagate(names, local, fresh_unresolved, inventories, fresh_by_path)
+    return replace(changes, names=frozenset(names), unresolved=fresh_unresolved,
+                   names_by_path={p: frozenset(n) for p, n in fresh_by_path.items() if n})
 
 
 @dataclass
@@ -313,5 +364,5 @@ def is_pytest_config(path: str) -> bool:
     return path in PYTEST_CONFIG or path.rsplit("/", 1)[-1] == "pytest.ini"
 
 
-__all__ = ["ChangeSet", "FileChange", "analyse", "blocks_reading", "diff_trees", "is_native",
-           "is_pytest_config", "MODULE"]
+__all__ = ["ChangeSet", "FileChange", "FunctionChange", "Sources", "analyse", "blocks_reading",
+           "diff_trees", "is_native", "is_pytest_config", "with_names", "MODULE"]

@@ -19,6 +19,7 @@ from fastci.runner.analysis.blocks import (
     module_name_for,
     parse_blocks,
 )
+from fastci.runner.analysis.discover import NAMES_VERSION, names_in
 from fastci.runner.git import Repo
 
 if TYPE_CHECKING:
@@ -97,6 +98,16 @@ class Inventories(Mapping[str, FileBlocks]):
 
     def items(self):
         return self._all().items()
+
+    def test_names(self, paths: list[str]) -> dict[str, list[str]]:
+        """The test functions in each of `paths` (`discover.names_in`), from the store's
+        cache by blob where it has them; only a test file never seen before is loaded."""
+        keys = {p: f"{self._tree[p]}:{NAMES_VERSION}" for p in paths if p in self}
+        found = self._store.load_test_names(keys.values())
+        fresh = {key: names_in(self[path]) for path, key in keys.items() if key not in found}
+        if fresh:
+            self._store.save_test_names(fresh)
+        return {path: found[key] if key in found else fresh[key] for path, key in keys.items()}
 
     def source(self, path: str) -> bytes | None:
         """A file's contents in this tree (doctest items compare their docstrings)."""

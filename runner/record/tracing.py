@@ -16,11 +16,17 @@ from types import FunctionType, ModuleType
 from typing import Any, Callable, ContextManager
 
 _sink: Callable[[str, str], None] | None = None
+_exec_sink: Callable[[object], None] | None = None
 _installed = False
 _SKIP_SUFFIXES = (".py", ".pyc", ".pyo", ".so", ".pyd")
 
 
 def _audit(event: str, args: tuple) -> None:
+    if event == "exec":  # a module body (or other code) about to run
+        on_exec = _exec_sink
+        if on_exec is not None and args:
+            on_exec(args[0])
+        return
     sink = _sink
     if sink is None:
         return
@@ -76,6 +82,16 @@ def start(sink: Callable[[str, str], None]) -> None:
 def stop() -> None:
     global _sink
     _sink = None
+
+
+def route_exec(callback: Callable[[object], None] | None) -> None:
+    """Hand the code object of every `exec` (each module body as it is imported) to
+    `callback` until it is None."""
+    global _exec_sink, _installed
+    if not _installed:
+        sys.addaudithook(_audit)
+        _installed = True
+    _exec_sink = callback
 
 
 def wants(path: str, root: str) -> bool:

@@ -15,8 +15,10 @@ from fastci.runner.analysis.environment import Environment
 from fastci.runner.analysis.inventory import ImportGraph, kernel_hashes
 from fastci.runner.config import Settings
 from fastci.runner.evidence import Snapshot, TestRecord
+from fastci.runner.evidence_index import IndexedTests
+from fastci.runner.selection.crosscheck import checked
 from fastci.runner.selection.report import Selection
-from fastci.runner.selection.rules import History, SelectionInput, select
+from fastci.runner.selection.rules import History, SelectionInput
 
 ENV = Environment(python="3.11.7", torch="2.3.0", triton="3.0.0", cuda=None, gpu=None,
                   platform="Linux-x86_64", lock_hash="lock-1")
@@ -48,7 +50,9 @@ def changes_between(old: Mapping[str, str], new: Mapping[str, str],
     changed = {c.path for c in files} | {c.old_path for c in files if c.old_path}
     old_inv = inventories({p: t for p, t in old.items() if p in changed})
     new_inv = inventories({p: t for p, t in new.items() if p in changed})
-    return analyse(files, old_inv, new_inv, inventories(new))
+    sources = {c.path: (old[c.path], new[c.path]) for c in files
+               if c.status == "modified" and c.path.endswith(".py")}
+    return analyse(files, old_inv, new_inv, inventories(new), sources=sources)
 
 
 def edit(sources: Mapping[str, str], path: str, old: str, new: str) -> dict[str, str]:
@@ -72,7 +76,7 @@ def selection_input(old: Mapping[str, str], new: Mapping[str, str],
     kernels: dict[str, str] = {}
     if tests is not None:
         snapshot = Snapshot(commit="base", environment=evidence_environment, tree=tree(old),
-                            tests=dict(tests), import_time=import_time or {},
+                            tests=IndexedTests.of(dict(tests)), import_time=import_time or {},
                             session_files=session_files or {})
         wanted = {k for t in tests.values() for k in t.kernels}
         kernels = kernel_hashes(head_inv, wanted) if wanted else {}
@@ -86,4 +90,5 @@ def selection_input(old: Mapping[str, str], new: Mapping[str, str],
 
 
 def run_select(old, new, tests, **kwargs) -> Selection:
-    return select(selection_input(old, new, tests, **kwargs))
+    """The selection, from the snapshot's index, checked against the full evaluation."""
+    return checked(selection_input(old, new, tests, **kwargs))

@@ -17,6 +17,7 @@ import subprocess
 import coverage  # noqa: F401
 import pytest
 
+from fastci.runner.evidence import ImportCaller
 from fastci.runner.record.recorder import blob_sha, recording_from_json
 from fastci.runner.selection.plan import make_plan
 from fastci.runner.store import open_store
@@ -118,8 +119,10 @@ def test_recording_keeps_outcomes_data_files_and_import_time_work(repo):
     assert files == {"data/scale.txt": git(repo.path, "hash-object", "data/scale.txt")}
     assert files["data/scale.txt"] == blob_sha(DATA.encode())
     assert snapshot.tests["test_fastci_calc.py::test_double"].files == {}
-    # build_table() ran while the test file was collected, outside every test.
-    assert snapshot.import_time == {"fastci_calc.py": {"build_table": ["test_fastci_calc.py"]}}
+    # build_table() ran while the test file was collected, outside every test, called by
+    # the statement that binds TABLE.
+    assert snapshot.import_time == {"fastci_calc.py": {"build_table": [
+        ImportCaller("assign", "fastci_calc.py", 5, ("TABLE",)).encode(), "test_fastci_calc.py"]}}
     assert "build_table" not in snapshot.tests["test_fastci_calc.py::test_double"].blocks[
         "fastci_calc.py"]
     assert snapshot.tree == {p: git(repo.path, "hash-object", p) for p in

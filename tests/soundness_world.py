@@ -1,0 +1,38 @@
+"""A repository recorded once per test module, restored after each case, and the failures
+a real run of its tests finds: what the soundness tests of the exact rules share."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import Project
+
+
+def recorded_once(name: str, files: dict[str, str], prefix: str = ""):
+    """Fixtures `<prefix>recorded` (the repository recorded once for the module) and
+    `<prefix>repo` (the same repository for one case, every edit undone afterwards)."""
+
+    @pytest.fixture(scope="module", name=f"{prefix}recorded")
+    def recorded(tmp_path_factory) -> Project:
+        project = Project(tmp_path_factory.mktemp(name) / "repo")
+        project.write(files)
+        project.commit()
+        project.record()
+        return project
+
+    @pytest.fixture(name=f"{prefix}repo")
+    def repo(request):
+        project = request.getfixturevalue(f"{prefix}recorded")
+        yield project
+        project.git("checkout", "-q", "--", ".")
+
+    return recorded, repo
+
+
+def failing(project: Project, *paths: str) -> set[str]:
+    """The tests (of `paths`, or all) that fail at the working tree: the escape is real."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider",
+                           *paths], cwd=project.root, capture_output=True, text=True)
+    return {line.split()[1] for line in proc.stdout.splitlines() if line.startswith("FAILED ")}
