@@ -12,6 +12,10 @@ evidence once on the pristine subject, then runs the selection on each mutant an
   pruning     the same selection after equivalent-context pruning: tests pruned, test-seconds
               saved over trace-diff alone, the replays' cost against the tests they replace,
               and soundness (a pruned test that fails under the mutant is an escape)
+  per rule    the same selection with the exact rules off ("before": every importer of a
+              function run at import time, every test that ran a changed function) and with
+              each one alone: how many selections, and test-seconds, each rule removed, and
+              safety before and after, per operator
 
     python bench/selection.py [--mutants 40] [--benign 8] [--seed 0] [--cache bench/results]
 """
@@ -28,12 +32,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from mutants import Mutant, generate  # noqa: E402
 
+from fastci.runner.config import EXACT_RULES  # noqa: E402
 from fastci.runner.engine import Engine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,6 +47,8 @@ SUBJECT = ROOT / "examples" / "tinyllm"
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
 IGNORE = shutil.ignore_patterns("__pycache__", ".fastci", ".pytest_cache", "changes")
 HERE = Path(__file__).resolve().parent
+# Selections besides the default one (every exact rule on): none of them, and each alone.
+RULE_RUNS = {"before": (), **{rule: (rule,) for rule in EXACT_RULES}}
 
 
 def git(root: Path, *args: str) -> str:
@@ -172,6 +180,7 @@ def main() -> None:
                    check=True, capture_output=True)
     base = git(ev_repo, "rev-parse", "HEAD").strip()
     engine = Engine(ev_repo)
+    settings = engine.settings
     rows = []
     for m in mutants:
         gt = truth[key_of(m)]
@@ -182,6 +191,11 @@ def main() -> None:
         t0 = time.perf_counter()
         pruned_plan = engine.plan(base, prune=True)
         prune_seconds = time.perf_counter() - t0
+        by_rule = {}
+        for name, exact in RULE_RUNS.items():
+            engine.settings = replace(settings, exact=exact)
+            by_rule[name] = engine.plan(base).selection
+        engine.settings = settings
         git(ev_repo, "checkout", "-q", "--", m.path)
         sel = planned.selection
         psel = pruned_plan.selection
@@ -218,11 +232,59 @@ def main() -> None:
             "reduction": reduction, "latency": latency,
             "apfdc": apfdc(chosen, costs, failing) if failing else None,
             "apfdc_file_order": apfdc(file_order, costs, failing) if failing else None,
+            "rules": _per_rule(by_rule, sel, costs, failing),
             "missed": sorted(failing - caught),
             "missed_reasons": {t: (sel.decision(t).reasons if sel.decision(t) else ["no decision"])
                                for t in sorted(failing - caught)},
         })
     report(rows, cache_dir / "mutation.json")
+
+
+def _per_rule(by_rule: dict, after, costs: dict[str, float], failing: set[str]) -> dict:
+    """The selection with the exact rules off and with each alone, against `after` (all on):
+    selected tests and test-seconds, what each rule removed, whether a failing test stayed."""
+    def summary(selection) -> dict:
+        ids = {d.test_id for d in selection.selected}
+        return {"selected": len(ids), "seconds": sum(costs.get(t, 0.0) for t in ids),
+                "caught": sorted(f for f in failing if f in ids or f.split("[")[0] in ids)}
+
+    out = {name: summary(selection) for name, selection in by_rule.items()}
+    out["after"] = summary(after)
+    before = out["before"]
+    for rule in EXACT_RULES:
+        out[rule]["removed"] = before["selected"] - out[rule]["selected"]
+        out[rule]["removed_seconds"] = before["seconds"] - out[rule]["seconds"]
+    total = sum(costs.values())
+    for entry in out.values():
+        entry["reduction"] = 1 - entry["seconds"] / total if total else 0.0
+    return out
+
+
+def report_rules(rows: list[dict]) -> dict:
+    """Per operator: safety and mean reduction before and after the exact rules, and the
+    selections (tests) each rule removed, summed over the operator's mutants."""
+    table = {}
+    for operator in sorted({r["operator"] for r in rows}):
+        mine = [r for r in rows if r["operator"] == operator]
+        killed = [r for r in mine if r["killed"]]
+        table[operator] = {
+            "mutants": len(mine), "killed": len(killed),
+            "caught_before": sum(bool(r["rules"]["before"]["caught"]) for r in killed),
+            "caught_after": sum(bool(r["rules"]["after"]["caught"]) for r in killed),
+            "reduction_before": statistics.mean(r["rules"]["before"]["reduction"] for r in mine),
+            "reduction_after": statistics.mean(r["rules"]["after"]["reduction"] for r in mine),
+            **{f"removed_by_{rule}": sum(r["rules"][rule]["removed"] for r in mine)
+               for rule in EXACT_RULES},
+        }
+    print(f"\n{'operator':<20} {'mutants':>7} {'killed':>6} {'caught before':>13} "
+          f"{'caught after':>12} {'reduction before':>16} {'after':>6} "
+          + " ".join(f"{'removed by ' + rule:>22}" for rule in EXACT_RULES))
+    for operator, t in table.items():
+        print(f"{operator[:20]:<20} {t['mutants']:>7} {t['killed']:>6} "
+              f"{t['caught_before']:>6}/{t['killed']:<6} {t['caught_after']:>5}/{t['killed']:<6} "
+              f"{t['reduction_before']:>16.0%} {t['reduction_after']:>6.0%} "
+              + " ".join(f"{t['removed_by_' + rule]:>22}" for rule in EXACT_RULES))
+    return table
 
 
 def report(rows: list[dict], out: Path) -> None:
@@ -279,12 +341,16 @@ def report(rows: list[dict], out: Path) -> None:
         },
         "missed": [{"id": r["id"], "tests": r["missed"], "reasons": r["missed_reasons"]}
                    for r in rows if r["missed"]],
+        "rules": report_rules(rows),
+        "mean_reduction_before_exact_rules": statistics.mean(
+            r["rules"]["before"]["reduction"] for r in rows),
     }
     print(f"\nsafety: {len(safe)}/{len(killed)} killed mutants caught by the selection "
           f"({summary['safety_mutants']:.0%}); {caught}/{failing} failing tests selected "
           f"({summary['safety_tests']:.0%})")
     print(f"test-time reduction: mean {summary['mean_reduction_all']:.0%} over all mutants"
-          + (f", {summary['mean_reduction_killed']:.0%} over killed" if killed else ""))
+          + (f", {summary['mean_reduction_killed']:.0%} over killed" if killed else "")
+          + f" ({summary['mean_reduction_before_exact_rules']:.0%} with the exact rules off)")
     if apf:
         print(f"APFDc: FastCI order {summary['mean_apfdc']:.3f}, file order "
               f"{summary['mean_apfdc_file_order']:.3f} (mean over killed mutants)")

@@ -57,9 +57,13 @@ def make_repo(root: Path, files: int, functions: int, tests: int) -> None:
 
 
 def make_snapshot(root: Path, files: int, functions: int, tests: int, store,
-                  captures: int = 0) -> None:
+                  captures: int = 0, hub: float = 0.0, failed: float = 0.0,
+                  file_events: bool = False) -> None:
     """`captures`: module calls captured per test, each with the lines it ran (about 30 in
-    each of 4 files), and the test's own line map: the shape of a torch suite's evidence."""
+    each of 4 files), and the test's own line map: the shape of a torch suite's evidence.
+    `hub`: the share of tests that also execute pkg/m0.py (a module most of a real suite
+    runs, such as its model); `failed`: the share that failed last time; `file_events`: the
+    tests' files were seen by the kernel's file events (as Linux records them)."""
     repo = Repo.find(root)
     commit = repo.head()
     tree = repo.tree(commit)
@@ -70,7 +74,10 @@ def make_snapshot(root: Path, files: int, functions: int, tests: int, store,
     for t in range(tests):
         test_id = f"tests/test_{t // per_file}.py::test_{t}"
         blocks: dict[str, list[str]] = {}
-        for f in rng.sample(range(files), 8):
+        spread = rng.sample(range(files), 8)
+        if rng.random() < hub and 0 not in spread:
+            spread[0] = 0
+        for f in spread:
             blocks[f"pkg/m{f}.py"] = sorted({f"f{rng.randrange(functions)}" for _ in range(8)})
         blocks[f"tests/test_{t // per_file}.py"] = [f"test_{t}"]
         data = f"data/d{rng.randrange(20)}.txt"
@@ -89,9 +96,10 @@ def make_snapshot(root: Path, files: int, functions: int, tests: int, store,
                 "outside": {p: list(ls[:10]) for p, ls in ran.items()},
                 "inside": {}, "sys_path": ["."]}
         records[test_id] = TestRecord(
-            test_id=test_id, outcome="passed", duration=rng.lognormvariate(-3, 1.5),
+            test_id=test_id, outcome="failed" if rng.random() < failed else "passed",
+            duration=rng.lognormvariate(-3, 1.5),
             blocks={p: tuple(q) for p, q in blocks.items()}, files={data: tree[data]},
-            lines=lines, modules=modules)
+            lines=lines, modules=modules, file_events=file_events)
     store.save_snapshot(Snapshot(commit=commit, environment=current(), tree=tree,
                                  tests=records))
 

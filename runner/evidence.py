@@ -10,12 +10,17 @@ from __future__ import annotations
 import json
 import zlib
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 
 from fastci.runner.analysis.environment import Environment
 
+if TYPE_CHECKING:
+    from fastci.runner.evidence_index import TestIndex
+
 SESSION = "*"  # import-time work done before any test file was collected
 DYNAMIC_ALL = "*"  # in TestRecord.dynamic: the whole module namespace was read
+FAILED = ("failed", "error")  # the outcomes that count as a failure
+CALLER = "="  # in Snapshot.import_time origins: the module-level statement that made the call
 
 
 @dataclass(frozen=True)
@@ -54,10 +59,15 @@ class TestRecord:
     file_events: bool = False
     """Its files were recorded from the kernel's events (every reader, native code and
     children included), not from Python's `open` alone."""
+    credited: Mapping[str, tuple[str, ...]] | None = None
+    """The blocks (also in `blocks`) the test reached without running their lines in its
+    contexts: a cache hit, a cached property read, a kernel launch. For every other block its
+    `lines` are exactly what it ran. None: evidence recorded before this was kept (its lines
+    cannot tell a path through a function)."""
 
     @property
     def failed(self) -> bool:
-        return self.outcome in ("failed", "error")
+        return self.outcome in FAILED
 
     def payload(self) -> bytes:
         """The part selection reads, compressed for the store (`modules` is stored apart:
@@ -74,6 +84,8 @@ class TestRecord:
             body["r"] = list(self.ranks)
         if self.file_events:
             body["n"] = True
+        if self.credited is not None:
+            body["cr"] = self.credited
         return _pack(body)
 
     def modules_payload(self) -> bytes | None:
@@ -88,7 +100,9 @@ class TestRecord:
                    dynamic={p: tuple(n) for p, n in body.get("y", {}).items()},
                    code=body.get("c", {}),
                    child_blocks={p: tuple(q) for p, q in body.get("cb", {}).items()},
-                   ranks=tuple(body.get("r", ())), file_events=bool(body.get("n")), **fields)
+                   ranks=tuple(body.get("r", ())), file_events=bool(body.get("n")),
+                   credited=({p: tuple(q) for p, q in body["cr"].items()} if "cr" in body
+                             else None), **fields)
 
 
 @dataclass(frozen=True)
@@ -100,8 +114,10 @@ class Snapshot:
     tree: Mapping[str, str]  # path -> git blob sha of every file the evidence was recorded on
     tests: Mapping[str, TestRecord]
     import_time: Mapping[str, Mapping[str, Sequence[str]]] = field(default_factory=dict)
-    """path -> qualname -> test files whose collection ran the block (SESSION: before any);
-    lists as recorded and as the stores hand them back."""
+    """path -> qualname -> test files whose collection ran the block (SESSION: before any),
+    and, as `ImportCaller` texts (starting with CALLER), the module-level statements that
+    called it while a test file was collected; lists as recorded and as the stores hand them
+    back."""
     session_files: Mapping[str, str] = field(default_factory=dict)
     """Non-Python files read at import or collection time, outside every test."""
     created_at: float = 0.0
@@ -111,15 +127,66 @@ class Snapshot:
     """The pytest arguments the suite was recorded with (`selection/scope.py`, JSON); empty:
     the whole repository."""
 
+    @property
+    def index(self) -> TestIndex | None:
+        """What each test's evidence names (`evidence_index.py`), so selection decodes only
+        the tests a change reaches; None: every test is evaluated. It travels with the
+        tests it describes (`IndexedTests`, as the stores hand them back): a snapshot given
+        other tests has none."""
+        return getattr(self.tests, "index", None)
+
+
+@dataclass(frozen=True)
+class ImportCaller:
+    """The module-level statement whose execution called a function at import time, with
+    what the statement binds (`blocks.Statement`'s kind and defines). `kind` is "class" for
+    a call from a class body and "?" where no module-level statement of the repository was
+    on the stack (a pytest hook, a thread, a generator resumed later)."""
+
+    kind: str
+    path: str = ""
+    line: int = 0
+    defines: tuple[str, ...] = ()
+
+    def encode(self) -> str:
+        return CALLER + json.dumps([self.kind, self.path, self.line, list(self.defines)],
+                                   separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, text: str) -> "ImportCaller | None":
+        """The caller an origin names, or None when it is a test file (or SESSION)."""
+        if not text.startswith(CALLER):
+            return None
+        try:
+            kind, path, line, defines = json.loads(text[len(CALLER):])
+            return cls(str(kind), str(path), int(line), tuple(str(d) for d in defines))
+        except (ValueError, TypeError):
+            return cls("?")  # unreadable: as unknown as no caller at all
+
+
+def import_origins(origins: Sequence[str]) -> tuple[list[str], list[ImportCaller]]:
+    """An import-time entry's origins split into test files (and SESSION) and callers."""
+    files, callers = [], []
+    for origin in origins:
+        caller = ImportCaller.decode(origin)
+        if caller is None:
+            files.append(origin)
+        else:
+            callers.append(caller)
+    return files, callers
+
 
 def pack_lines(lines: Mapping[str, tuple[int, ...]]) -> bytes:
     return _pack({p: _ranges(ls) for p, ls in lines.items()})
 
 
-def unpack_lines(data: bytes) -> dict[str, tuple[int, ...]]:
+def unpack_lines(data: bytes, paths: Collection[str] | None = None
+                 ) -> dict[str, tuple[int, ...]]:
+    """A packed line map; with `paths`, only those files' lines (the rest is not expanded)."""
     out = {}
     for path, ranges in _unpack(data).items():
-        out[path] = tuple(n for a, b in ranges for n in range(a, b + 1))
+        if paths is None or path in paths:
+            out[path] = tuple(n for a, b in ranges for n in range(a, b + 1))
     return out
 
 

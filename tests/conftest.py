@@ -26,6 +26,9 @@ if not Path("/proc/driver/nvidia/version").exists():
 # Warm replays leave a zygote waiting for the next replay, for minutes: tests replay cold,
 # and the tests of the zygote start and stop their own.
 os.environ.setdefault("FASTCI_WARM_REPLAYS", "0")
+# Every selection the tests make from a stored snapshot is also made by evaluating every
+# test, and must agree with the one its index made (`selection/crosscheck.py`).
+os.environ.setdefault("FASTCI_CHECK_INDEX", "1")
 
 
 class Project:

@@ -251,7 +251,7 @@ def test_tests_that_start_python_children_are_selected_when_code_changes(project
     chosen = {t["id"]: t for t in result["tests"] if t["decision"] == "selected"}
     assert set(chosen) == {"tests/test_spawn.py::test_child_computes"}
     assert chosen["tests/test_spawn.py::test_child_computes"]["reasons"] == [
-        "executed changed code: sp/work.py::compute (modified)"]
+        "executed changed code: sp/work.py::compute (modified: line 2 changed)"]
     project.git("checkout", "sp/work.py")
     project.edit("sp/work.py", "def other():", "def other():  # a comment only")
     assert project.selected() == set()

@@ -88,6 +88,56 @@ def test_foreign_sqlite_file_is_refused(tmp_path):
         SqliteEvidenceStore(path)
 
 
+class _Interleaved:
+    """A connection that runs `between` right after its first `PRAGMA application_id`: the
+    moment another process's creation of the store commits, in the race xdist hit."""
+
+    def __init__(self, db: sqlite3.Connection, between) -> None:
+        self._db, self._between = db, between
+
+    def execute(self, sql, *args):
+        cursor = self._db.execute(sql, *args)
+        if sql.startswith("PRAGMA application_id") and self._between is not None:
+            rows = cursor.fetchall()
+            self._between()
+            self._between = None
+            return _Rows(rows)
+        return cursor
+
+    def __getattr__(self, name):
+        return getattr(self._db, name)
+
+
+class _Rows(list):
+    """Rows already fetched, answering `fetchone` like the cursor they came from."""
+
+    def fetchone(self):
+        return self[0] if self else None
+
+
+def test_a_store_another_process_is_creating_opens_instead_of_looking_foreign(tmp_path):
+    from fastci.runner.store import sqlite as sqlite_store
+
+    path = tmp_path / "evidence.db"
+    creator = sqlite3.connect(path, isolation_level=None)
+    creator.execute("PRAGMA journal_mode = WAL")
+    creator.execute("BEGIN IMMEDIATE")
+    creator.execute(f"PRAGMA application_id = {sqlite_store.APPLICATION_ID}")
+    for statement in sqlite_store.SCHEMA.split(";"):
+        if statement.strip():
+            creator.execute(statement)
+    creator.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+
+    class Racing(SqliteEvidenceStore):
+        def _connect(self):
+            return _Interleaved(super()._connect(), lambda: creator.execute("COMMIT"))
+
+    with Racing(path) as store:  # the creator commits between the reader's two reads
+        store.save_snapshot(snapshot())
+        assert store.load_snapshot("c1", store.snapshot_envs("c1")[0][0]) is not None
+    creator.close()
+
+
 def test_older_schema_is_kept_aside_and_rebuilt(tmp_path, capsys):
     path = tmp_path / "e.db"
     with SqliteEvidenceStore(path) as store:
@@ -221,3 +271,37 @@ def test_open_store_opens_a_file_by_path(tmp_path):
         assert isinstance(store, SqliteEvidenceStore)
     with pytest.raises(StoreError, match="fastci record"):
         open_store(tmp_path / "none.db", create=False)
+
+
+
+def _open_at_once(path: str, barrier, errors) -> None:
+    barrier.wait()
+    try:
+        SqliteEvidenceStore(path).close()
+    except BaseException as exc:  # noqa: BLE001 (reported to the test)
+        errors.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_processes_opening_a_new_store_at_once_all_open_it(tmp_path):
+    """SQLite answers a journal-mode change that another connection's lock blocks with
+    "database is locked" at once, busy timeout or not: an xdist worker opening a new store
+    while another created it failed its recording that way (CI). Three processes racing on
+    a fresh file failed 6 times in 60 rounds before the switch to WAL waited."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    errors = context.Queue()
+    for round_ in range(40):
+        path = str(tmp_path / f"evidence-{round_}.db")
+        barrier = context.Barrier(3)
+        processes = [context.Process(target=_open_at_once, args=(path, barrier, errors))
+                     for _ in range(3)]
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.join(60)
+            assert process.exitcode == 0
+    failures = []
+    while not errors.empty():
+        failures.append(errors.get())
+    assert not failures, failures

@@ -28,6 +28,7 @@ from fastci.runner.analysis.blocks import parse_blocks
 from fastci.runner.analysis.environment import current
 from fastci.runner.errors import EXIT_STORE
 from fastci.runner.evidence import Snapshot, TestRecord
+from fastci.runner.evidence_index import IndexedTests, TestIndex
 from fastci.runner.store import (
     SCHEMA_VERSION,
     EvidenceStore,
@@ -82,7 +83,7 @@ def test_the_protocol_declares_what_callers_use():
             "replay_result", "save_replay_results", "save_snapshot", "snapshot_envs",
             "commits_with_evidence", "load_snapshot", "add_audit", "audits", "add_history",
             "outcomes", "durations", "cofailure_rates", "flip_history", "gc", "close",
-            "load_modules",
+            "load_modules", "load_lines", "save_test_names", "load_test_names",
             "__enter__", "__exit__"} <= set(PROTOCOL_METHODS)
 
 
@@ -149,6 +150,77 @@ def test_module_calls_load_only_when_asked(store: EvidenceStore):
         {first: modules}
     assert store.load_modules("c1", env, []) == {}
     assert store.load_modules("c9", env, [first]) == {}
+
+
+def test_the_index_is_stored_with_the_snapshot_and_tests_decode_when_read(
+        store: EvidenceStore):
+    """Selection reads the index of a snapshot and decodes only the tests it reaches."""
+    snap = snapshot(tests=4)
+    store.save_snapshot(snap)
+    loaded = store.load_snapshot("c1", snap.environment.digest)
+    assert loaded.index == TestIndex.build(snap.tests)
+    assert isinstance(loaded.tests, IndexedTests) and loaded.tests.decoded == 0
+    assert sorted(loaded.tests) == sorted(snap.tests) and len(loaded.tests) == 4
+    first = sorted(snap.tests)[0]
+    assert first in loaded.tests and "tests/nope.py::t" not in loaded.tests
+    assert loaded.tests[first].blocks == snap.tests[first].blocks
+    assert loaded.tests.decoded == 1
+    with_lines = store.load_snapshot("c1", snap.environment.digest, with_lines=True)
+    assert with_lines.index == loaded.index  # the index travels with the tests
+    assert replace(loaded, tests=dict(loaded.tests)).index is None  # other tests: none
+
+
+def _drop_index(store: EvidenceStore, commit: str, env: str, value: bytes | None) -> None:
+    """Replace the stored index of a snapshot from outside (None: remove it)."""
+    if isinstance(store, SqliteEvidenceStore):
+        db = sqlite3.connect(store.path)
+        db.execute("UPDATE snapshots SET test_index=? WHERE commit_sha=? AND env=?",
+                   (value, commit, env))
+        db.commit()
+        db.close()
+    else:
+        assert isinstance(store, RedisEvidenceStore)
+        client = redis_lib.Redis.from_url(redis_url())
+        key = f"{store.prefix}:snap:{commit}:{env}"
+        client.hdel(key, "index") if value is None else client.hset(key, "index", value)
+        client.close()
+
+
+@pytest.mark.parametrize("stored", [None, b"damaged"])
+def test_a_snapshot_without_a_readable_index_loads_without_one(store: EvidenceStore,
+                                                              stored):
+    """Its selection then evaluates every test (the slow path, never a wrong one)."""
+    snap = snapshot()
+    store.save_snapshot(snap)
+    _drop_index(store, "c1", snap.environment.digest, stored)
+    loaded = store.load_snapshot("c1", snap.environment.digest)
+    assert loaded.index is None and sorted(loaded.tests) == sorted(snap.tests)
+
+
+def test_test_names_are_cached_by_key(store: EvidenceStore):
+    store.save_test_names({f"{'a' * 40}:1": ["test_x", "TestY::test_z"], f"{'b' * 40}:1": []})
+    assert store.load_test_names([f"{'a' * 40}:1", f"{'b' * 40}:1", f"{'a' * 40}:2"]) == \
+        {f"{'a' * 40}:1": ["test_x", "TestY::test_z"], f"{'b' * 40}:1": []}
+    store.save_test_names({f"{'a' * 40}:1": ["test_w"]})  # replaced
+    assert store.load_test_names([f"{'a' * 40}:1"]) == {f"{'a' * 40}:1": ["test_w"]}
+    assert store.load_test_names([]) == {}
+
+
+def test_lines_load_for_the_tests_asked_for(store: EvidenceStore):
+    """Selection's statement rule loads the executed lines of the tests that ran a function
+    changed inside, not the whole snapshot's."""
+    base = snapshot()
+    first, second, third = sorted(base.tests)
+    tests = {**base.tests, first: replace(base.tests[first], lines={"pkg/a.py": (1, 2, 5)}),
+             second: replace(base.tests[second], lines={"pkg/b.py": (7,)}),
+             third: replace(base.tests[third], lines=None)}
+    store.save_snapshot(replace(base, tests=tests))
+    env = base.environment.digest
+    assert store.load_lines("c1", env, [first, third, "tests/nope.py::t"]) == \
+        {first: {"pkg/a.py": (1, 2, 5)}}
+    assert store.load_lines("c1", env, [second]) == {second: {"pkg/b.py": (7,)}}
+    assert store.load_lines("c1", env, []) == {}
+    assert store.load_lines("c9", env, [first]) == {}
 
 
 def test_saving_a_commit_again_replaces_it(store: EvidenceStore):
@@ -261,6 +333,7 @@ def _gc_world(store: EvidenceStore, tmp_path):
                                for n in names})
     fb = parse_blocks("def f():\n    return 1\n")
     store.save_inventories({_hex(f"blob-{n}", 40): fb for n in names})
+    store.save_test_names({f"{_hex(f'blob-{n}', 40)}:1": ["test_f"] for n in names})
     retention = Retention(keep_days=30, now=NOW, branches={"refs/heads/main": ["b", "a"]})
     return snaps, retention, elsewhere
 
@@ -273,6 +346,8 @@ def _present(store: EvidenceStore) -> dict[str, set[str]]:
                     if store.replay_result(f"{_hex(f'cap-{n}')}:{_hex('tree', 24)}:exact")},
         "inventories": {n for n in names
                         if store.load_inventories([_hex(f"blob-{n}", 40)])},
+        "test_names": {n for n in names
+                       if store.load_test_names([f"{_hex(f'blob-{n}', 40)}:1"])},
     }
 
 
@@ -289,6 +364,7 @@ def test_gc_keeps_what_the_rule_keeps_and_everything_they_reach(store: EvidenceS
     assert counts["snapshots"] == (3, 2)  # b, d, a@elsewhere kept; c and a@here deleted
     assert counts["captures"] == (4, 2) and counts["replays"] == (4, 2)  # c, the orphan
     assert counts["inventories"] == (4, 2) and counts["trees"] == (3, 1)
+    assert counts["test_names"] == (4, 2)  # by blob, as inventories
     assert counts["modules"] == (4, 1)  # one per capture: a, b, d, shared kept; c deleted
     # (The tests' evidence is alike in every snapshot, so it is shared and stays; what
     # differs between them is their module calls.)
@@ -307,6 +383,7 @@ def test_gc_keeps_what_the_rule_keeps_and_everything_they_reach(store: EvidenceS
     assert present["captures"] == {"a", "b", "d", "shared"}  # shared: c's too, but b keeps it
     assert present["replays"] == {"a", "b", "d", "shared"}
     assert present["inventories"] == {"a", "b", "d", "shared"}  # blobs of the kept trees
+    assert present["test_names"] == {"a", "b", "d", "shared"}
     # Deleted: c (old, on no branch) and a in this environment (b is main's newest here).
     assert store.load_snapshot("c", here) is None and store.load_snapshot("a", here) is None
     assert store.commits_with_evidence() == {"a", "b", "d"}

@@ -39,12 +39,20 @@ untouched, because this FastCI cannot know what the newer one stored.
      a tenth field of each test's row) of their own, which only pruning and carry-forward
      load (`with_modules`, `load_modules`): selection decodes only what it reads. gc keeps
      the module calls a kept snapshot's tests name, and the captures those name.
+  7  each snapshot stores the index of its tests (`evidence_index.py`: what each test's
+     evidence names -> the tests, and what deciding a test "skipped" needs), a
+     `snapshots.test_index` column in SQLite and an `index` field of a Redis snapshot's
+     hash, so selection decodes only the tests a change reaches; and the test functions
+     found in each test file are cached by blob (`test_names`, Redis `<prefix>:tn:<blob>:<rule
+     version>`), so discovering a suite's tests reads no inventory. A FastCI of version 6
+     would save snapshots without the index (selected by the slow path) and gc would delete
+     the cached names; bumped so that it refuses a version-7 store.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Collection, Iterable, Protocol, runtime_checkable
 
 from fastci.runner.errors import StoreError  # re-exported: every backend raises it
 
@@ -54,7 +62,7 @@ if TYPE_CHECKING:
     from fastci.runner.evidence import Snapshot, TestRecord
     from fastci.runner.store.retention import GcReport, Retention
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 __all__ = ["SCHEMA_VERSION", "EvidenceStore", "StoreError", "newer_version_error",
            "older_version_message"]
@@ -76,6 +84,15 @@ class EvidenceStore(Protocol):
 
     def load_inventories(self, blobs: Iterable[str]) -> dict[str, FileBlocks]:
         """The inventories found among `blobs`; a missing one is simply absent."""
+        ...
+
+    def save_test_names(self, names: dict[str, list[str]]) -> None:
+        """The test functions found in test files, keyed "<blob sha>:<rule version>"
+        (`discover.py`); a key already stored is replaced."""
+        ...
+
+    def load_test_names(self, keys: Iterable[str]) -> dict[str, list[str]]:
+        """The test functions cached under `keys`; a missing one is simply absent."""
         ...
 
     # -- captured module calls and their cached replays (pruning) ------------------------
@@ -104,6 +121,14 @@ class EvidenceStore(Protocol):
                       with_modules: bool = False) -> Snapshot | None:
         """The snapshot; its tests' `lines` only `with_lines`, their `modules` (captured
         calls, for pruning) only `with_modules`: selection reads neither."""
+        ...
+
+    def load_lines(self, commit: str, env_digest: str, test_ids: Iterable[str],
+                   paths: Collection[str] | None = None
+                   ) -> dict[str, dict[str, tuple[int, ...]]]:
+        """The executed lines (`TestRecord.lines`) of some tests of a snapshot, of every file
+        or of `paths` only; a test without any is absent. Selection asks for those of the
+        tests that ran a function changed inside (the statement rule), in its files."""
         ...
 
     def load_modules(self, commit: str, env_digest: str, test_ids: Iterable[str]

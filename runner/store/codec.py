@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from fastci.runner.analysis.blocks import Block, FileBlocks, Statement
 from fastci.runner.evidence import Snapshot, TestRecord, pack, pack_lines
+from fastci.runner.evidence_index import TestIndex
 
 __all__ = ["SnapshotParts", "inventory_from_json", "inventory_to_json", "snapshot_parts"]
 
@@ -27,6 +28,7 @@ class SnapshotParts:
     modules: dict[str, bytes]  # digest -> packed module calls (only pruning reads them)
     tests: list[tuple[TestRecord, str, str | None, str | None]]
     """(test, evidence digest, lines digest, modules digest)"""
+    index: bytes  # the packed `TestIndex` of the tests: selection decodes only what it reaches
 
 
 def snapshot_parts(snap: Snapshot) -> SnapshotParts:
@@ -48,7 +50,7 @@ def snapshot_parts(snap: Snapshot) -> SnapshotParts:
             modules[modules_digest] = packed_modules
         tests.append((test, digest, lines_digest, modules_digest))
     return SnapshotParts(hashlib.sha256(tree_data).hexdigest(), tree_data, evidence, lines,
-                         modules, tests)
+                         modules, tests, TestIndex.build(snap.tests).pack())
 
 
 def inventory_to_json(fb: FileBlocks) -> dict:

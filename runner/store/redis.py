@@ -24,7 +24,7 @@ import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Collection, Iterable, Mapping
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from fastci.runner.analysis.blocks import FileBlocks
@@ -37,6 +37,7 @@ from fastci.runner.evidence import (
     unpack_lines,
     unpack_modules,
 )
+from fastci.runner.evidence_index import IndexedTests, TestIndex
 from fastci.runner.store.base import (
     SCHEMA_VERSION,
     StoreError,
@@ -57,8 +58,9 @@ GC_BATCH = 1000
 # store's prefix may extend ours: "p" and "p:ev" share "p:ev:*", and only digests are ours).
 _GC_KINDS = {"trees": "tree", "evidence": "ev", "lines": "lines", "modules": "mod",
              "captures": "cap",
-             "replays": "replay", "inventories": "inv"}
+             "replays": "replay", "inventories": "inv", "test_names": "tn"}
 _DIGEST = re.compile(r"[0-9a-f]{40,64}\Z")
+_TEST_NAMES = re.compile(r"[0-9a-f]{40,64}:[0-9]{1,6}\Z")
 _REPLAY = re.compile(r"[0-9a-f]{64}:[0-9a-f]{1,64}:[a-z]{1,32}\Z")
 
 
@@ -203,6 +205,16 @@ class RedisEvidenceStore:
     def load_inventories(self, blobs: Iterable[str]) -> dict[str, FileBlocks]:
         return {b: inventory_from_json(unpack(d)) for b, d in self._get_many("inv", blobs).items()}
 
+    def save_test_names(self, names: dict[str, list[str]]) -> None:
+        if names:
+            pipe = self._r.pipeline(transaction=False)
+            for key, found in names.items():
+                pipe.set(self._k("tn", key), json.dumps(found))
+            pipe.execute()
+
+    def load_test_names(self, keys: Iterable[str]) -> dict[str, list[str]]:
+        return {k: json.loads(v) for k, v in self._get_many("tn", keys).items()}
+
     def save_captures(self, files: dict[str, Path]) -> None:
         for digest, path in files.items():
             if not self._r.exists(self._k("cap", digest)):
@@ -241,7 +253,7 @@ class RedisEvidenceStore:
             "import_time": json.dumps(snap.import_time, sort_keys=True),
             "session_files": json.dumps(snap.session_files, sort_keys=True),
             "created_at": created_at, "source": snap.source,
-            "scope": json.dumps(dict(snap.scope), sort_keys=True)}
+            "scope": json.dumps(dict(snap.scope), sort_keys=True), "index": parts.index}
         # The parts and the snapshot in one transaction that also counts the write, which
         # `gc` watches: a snapshot is never saved against a part gc is deleting (see gc).
         pipe = self._r.pipeline(transaction=True)
@@ -275,9 +287,11 @@ class RedisEvidenceStore:
     def load_snapshot(self, commit: str, env_digest: str, *, with_lines: bool = False,
                       with_modules: bool = False) -> Snapshot | None:
         key = self._k("snap", commit, env_digest)
-        meta = {_bytes(k).decode(): _bytes(v).decode() for k, v in self._r.hgetall(key).items()}
-        if not meta:
+        raw = {_bytes(k).decode(): _bytes(v) for k, v in self._r.hgetall(key).items()}
+        if not raw:
             return None
+        index_data = raw.pop("index", None)  # binary; every other field is text
+        meta = {k: v.decode() for k, v in raw.items()}
         tree = self._get_many("tree", [meta["tree"]]).get(meta["tree"])
         if tree is None:
             raise StoreError(f"the evidence of {commit[:12]} in {self.shown} lost its tree; "
@@ -285,24 +299,24 @@ class RedisEvidenceStore:
         rows = {_bytes(t).decode(): json.loads(_bytes(v))
                 for t, v in self._r.hgetall(key + ":tests").items()}
         payloads = self._get_many("ev", {r[2] for r in rows.values()})
-        line_blobs = self._get_many("lines", {r[3] for r in rows.values() if r[3]}) \
-            if with_lines else {}
-        module_blobs = self._get_many("mod", {r[9] for r in rows.values() if r[9]}) \
-            if with_modules else {}
-        tests = {}
-        for test_id, (outcome, duration, digest, lines_digest, markers, dimension, peak, cuda,
-                      carried, modules_digest) in rows.items():
-            if digest not in payloads:
-                continue  # an evicted payload: the test counts as new (it runs)
-            test = TestRecord.from_payload(
-                payloads[digest], test_id=test_id, outcome=outcome, duration=duration,
-                markers=tuple(markers), dimension=dimension, peak_memory=peak,
-                cuda=bool(cuda), carried_from=carried)
-            if with_lines and lines_digest in line_blobs:
-                test = replace(test, lines=unpack_lines(line_blobs[lines_digest]))
-            if with_modules and modules_digest in module_blobs:
-                test = replace(test, modules=unpack_modules(module_blobs[modules_digest]))
-            tests[test_id] = test
+        # An evicted payload: the test is left out and counts as new (it runs).
+        found = {t: (payloads[r[2]], r) for t, r in rows.items() if r[2] in payloads}
+        index = TestIndex.unpack(index_data) if index_data is not None else None
+        tests: Mapping[str, TestRecord] = IndexedTests(found, _test_record, index)
+        if with_lines or with_modules:
+            line_blobs = self._get_many("lines", {r[3] for r in rows.values() if r[3]}) \
+                if with_lines else {}
+            module_blobs = self._get_many("mod", {r[9] for r in rows.values() if r[9]}) \
+                if with_modules else {}
+            records = {}
+            for test_id, test in tests.items():
+                lines_digest, modules_digest = rows[test_id][3], rows[test_id][9]
+                if with_lines and lines_digest in line_blobs:
+                    test = replace(test, lines=unpack_lines(line_blobs[lines_digest]))
+                if with_modules and modules_digest in module_blobs:
+                    test = replace(test, modules=unpack_modules(module_blobs[modules_digest]))
+                records[test_id] = test
+            tests = IndexedTests.of(records, index)
         return Snapshot(commit=commit, environment=Environment.from_json(meta["env_json"]),
                         tree=unpack(tree), tests=tests,
                         import_time=json.loads(meta["import_time"]),
@@ -311,17 +325,31 @@ class RedisEvidenceStore:
                         scope=json.loads(meta.get("scope", "{}")),
                         env_key=env_digest)
 
+    def load_lines(self, commit: str, env_digest: str, test_ids: Iterable[str],
+                   paths: Collection[str] | None = None
+                   ) -> dict[str, dict[str, tuple[int, ...]]]:
+        """The executed lines of some tests of a snapshot (the statement rule's candidates),
+        of every file or of `paths` only."""
+        return {t: unpack_lines(d, paths) for t, d in
+                self._parts("lines", 3, commit, env_digest, test_ids).items()}
+
     def load_modules(self, commit: str, env_digest: str, test_ids: Iterable[str]
                      ) -> dict[str, dict]:
         """The captured module calls of some tests of a snapshot (pruning's candidates)."""
+        return {t: unpack_modules(d) for t, d in
+                self._parts("mod", 9, commit, env_digest, test_ids).items()}
+
+    def _parts(self, kind: str, column: int, commit: str, env_digest: str,
+               test_ids: Iterable[str]) -> dict[str, bytes]:
+        """test -> the packed part its row names in `column` (3 lines, 9 module calls)."""
         ids = sorted(set(test_ids))
         if not ids:
             return {}
         rows = self._r.hmget(self._k("snap", commit, env_digest, "tests"), ids)
-        digests = {test_id: json.loads(_bytes(row))[9]
+        digests = {test_id: json.loads(_bytes(row))[column]
                    for test_id, row in zip(ids, rows) if row is not None}
-        blobs = self._get_many("mod", {d for d in digests.values() if d})
-        return {t: unpack_modules(blobs[d]) for t, d in digests.items() if d in blobs}
+        blobs = self._get_many(kind, {d for d in digests.values() if d})
+        return {t: blobs[d] for t, d in digests.items() if d in blobs}
 
     # -- retention ------------------------------------------------------------------------------
     def gc(self, retention: Retention, *, dry_run: bool = False) -> GcReport:
@@ -425,7 +453,7 @@ class RedisEvidenceStore:
         for kind, short in _GC_KINDS.items():
             head = self._k(short) + ":"
             pattern = re.sub(r"([\\\[\]*?])", r"\\\1", head) + "*"
-            form = _REPLAY if kind == "replays" else _DIGEST
+            form = {"replays": _REPLAY, "test_names": _TEST_NAMES}.get(kind, _DIGEST)
             keys = [k for k in (_bytes(k).decode(errors="replace")
                                 for k in self._r.scan_iter(match=pattern, count=GC_BATCH))
                     if form.match(k[len(head):])]
@@ -503,3 +531,12 @@ class RedisEvidenceStore:
         return {t: [(commit, outcome) for commit, outcome, _, _ in entries]
                 for t, entries in self._history(set(test_ids)).items() if entries}
 
+
+
+def _test_record(test_id: str, found: tuple[bytes, list]) -> TestRecord:
+    """A test's record from its payload and its row of the snapshot's tests hash."""
+    payload, (outcome, duration, _, _, markers, dimension, peak, cuda, carried, _) = found
+    return TestRecord.from_payload(payload, test_id=test_id, outcome=outcome,
+                                   duration=duration, markers=tuple(markers),
+                                   dimension=dimension, peak_memory=peak, cuda=bool(cuda),
+                                   carried_from=carried)

@@ -18,10 +18,10 @@ The rule (`Retention.kept`), for `keep_days` N:
 
 What a kept snapshot reaches is kept with it (`Reach`): its tree, its tests' evidence,
 line maps and module calls, the captures those module calls name, the cached replays of those
-captures (keyed "capture:tree key:mode", `prune/decide.py`), and the inventories of the
-blobs in its tree. Everything else of those kinds is unreachable and goes. Evidence is a
-cache: what gc deletes costs time (a test is selected, a file parsed again), never safety;
-what it must never do is delete a part of a snapshot it keeps.
+captures (keyed "capture:tree key:mode", `prune/decide.py`), and the inventories and cached
+test names of the blobs in its tree. Everything else of those kinds is unreachable and goes.
+Evidence is a cache: what gc deletes costs time (a test is selected, a file parsed again),
+never safety; what it must never do is delete a part of a snapshot it keeps.
 
 `Retention` and `Reach` are pure; the backends' `gc` applies them inside their own
 transaction, and `branch_histories` is the git edge, run before the store is touched.
@@ -40,7 +40,7 @@ from fastci.runner.git import END, run_git
 
 DAY = 86400.0
 KINDS = ("snapshots", "trees", "evidence", "lines", "modules", "captures", "replays",
-         "inventories")
+         "inventories", "test_names")
 
 __all__ = ["DAY", "KINDS", "GcReport", "KindCount", "Reach", "Retention", "SnapshotRef",
            "branch_histories", "check_days", "captures_in"]
@@ -122,6 +122,8 @@ class Reach:
             return key.split(":", 1)[0] in self.captures
         if kind == "inventories":
             return key in self.blobs
+        if kind == "test_names":  # "blob sha:rule version"
+            return key.split(":", 1)[0] in self.blobs
         return key in getattr(self, kind)
 
 

@@ -18,7 +18,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Collection, Iterable, Iterator, Mapping
 
 from fastci.runner.analysis.blocks import FileBlocks
 from fastci.runner.analysis.environment import Environment
@@ -30,6 +30,7 @@ from fastci.runner.evidence import (
     unpack_lines,
     unpack_modules,
 )
+from fastci.runner.evidence_index import IndexedTests, TestIndex
 from fastci.runner.store.base import (
     SCHEMA_VERSION,
     StoreError,
@@ -44,6 +45,7 @@ APPLICATION_ID = 0x46434931  # "FCI1": marks the file as ours for `file(1)` and 
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE inventories (blob TEXT PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE test_names (key TEXT PRIMARY KEY, data TEXT NOT NULL);
 CREATE TABLE trees (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE evidence (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE lines (digest TEXT PRIMARY KEY, data BLOB NOT NULL);
@@ -62,6 +64,7 @@ CREATE TABLE snapshots (
     created_at REAL NOT NULL,
     source TEXT NOT NULL,
     scope TEXT NOT NULL DEFAULT '{}',
+    test_index BLOB,
     UNIQUE (commit_sha, env)
 );
 CREATE TABLE tests (
@@ -126,17 +129,31 @@ class SqliteEvidenceStore:
         db.execute("PRAGMA busy_timeout = 30000")
         return db
 
-    def _open(self) -> sqlite3.Connection:
-        db = self._connect()
+    def _header(self, db: sqlite3.Connection, mode: str) -> tuple[int, set[str]]:
+        """The file's application id and tables, read in one transaction: read apart, a
+        store another process was creating meanwhile looked like a foreign file (tables
+        already there, the header not yet), and two xdist workers recording at once lost
+        one's evidence that way."""
         try:
-            app_id = db.execute("PRAGMA application_id").fetchone()[0]
-            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            with _transaction(db, mode):
+                app_id = db.execute("PRAGMA application_id").fetchone()[0]
+                tables = {r[0] for r in db.execute(
+                    "SELECT name FROM sqlite_master WHERE type='table'")}
         except sqlite3.DatabaseError as exc:
             db.close()
             raise StoreError(
                 f"{self.path} is not a FastCI evidence store ({exc}). It may be corrupt or "
                 "another program's file. Move it away or pass another --store; evidence is a "
                 "cache, so starting empty only costs time.") from None
+        return app_id, tables
+
+    def _open(self) -> sqlite3.Connection:
+        db = self._connect()
+        app_id, tables = self._header(db, "DEFERRED")
+        if tables and (app_id != APPLICATION_ID or "meta" not in tables):
+            # Once more behind any writer (a creator still inside its transaction) before
+            # calling the file foreign.
+            app_id, tables = self._header(db, "IMMEDIATE")
         if not tables:
             self._create(db)
             return db
@@ -154,12 +171,12 @@ class SqliteEvidenceStore:
         if version < SCHEMA_VERSION:
             db.close()
             return self._rebuild(found)
-        db.execute("PRAGMA journal_mode = WAL")
+        _write_ahead_log(db)
         db.execute("PRAGMA foreign_keys = ON")
         return db
 
     def _create(self, db: sqlite3.Connection) -> None:
-        db.execute("PRAGMA journal_mode = WAL")
+        _write_ahead_log(db)
         db.execute("PRAGMA foreign_keys = ON")
         with _transaction(db):
             if db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
@@ -203,6 +220,20 @@ class SqliteEvidenceStore:
             for blob, data in self._db.execute(
                     f"SELECT blob, data FROM inventories WHERE blob IN ({marks})", chunk):
                 found[blob] = inventory_from_json(unpack(data))
+        return found
+
+    def save_test_names(self, names: dict[str, list[str]]) -> None:
+        with _transaction(self._db):
+            self._db.executemany("INSERT OR REPLACE INTO test_names VALUES (?, ?)",
+                                 [(key, json.dumps(found)) for key, found in names.items()])
+
+    def load_test_names(self, keys: Iterable[str]) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        for chunk in _chunks(list(dict.fromkeys(keys)), 500):
+            marks = ",".join("?" * len(chunk))
+            for key, data in self._db.execute(
+                    f"SELECT key, data FROM test_names WHERE key IN ({marks})", chunk):
+                found[key] = json.loads(data)
         return found
 
     # -- captured module calls (content-addressed by sha256) -------------------------------
@@ -252,12 +283,13 @@ class SqliteEvidenceStore:
                              (snap.commit, env.digest))
             cur = self._db.execute(
                 "INSERT INTO snapshots (commit_sha, env, env_json, tree, import_time, "
-                "session_files, created_at, source, scope) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "session_files, created_at, source, scope, test_index) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (snap.commit, env.digest, env.to_json(), tree_digest,
                  json.dumps(snap.import_time, sort_keys=True),
                  json.dumps(snap.session_files, sort_keys=True),
                  snap.created_at or time.time(), snap.source,
-                 json.dumps(dict(snap.scope), sort_keys=True)))
+                 json.dumps(dict(snap.scope), sort_keys=True), parts.index))
             sid = cur.lastrowid
             self._db.executemany(
                 "INSERT INTO tests VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -281,35 +313,32 @@ class SqliteEvidenceStore:
                       with_modules: bool = False) -> Snapshot | None:
         row = self._db.execute(
             "SELECT s.id, s.env_json, t.data, s.import_time, s.session_files, s.created_at, "
-            "s.source, s.scope FROM snapshots s JOIN trees t ON t.digest = s.tree "
-            "WHERE s.commit_sha=? AND s.env=?", (commit, env_digest)).fetchone()
+            "s.source, s.scope, s.test_index FROM snapshots s JOIN trees t "
+            "ON t.digest = s.tree WHERE s.commit_sha=? AND s.env=?",
+            (commit, env_digest)).fetchone()
         if row is None:
             return None
-        sid, env_json, tree_data, import_time, session_files, created_at, source, scope = row
-        tests = {}
+        (sid, env_json, tree_data, import_time, session_files, created_at, source, scope,
+         index_data) = row
         query = ("SELECT t.test_id, t.outcome, t.duration, e.data, t.markers, t.dimension, "
                  "t.peak_memory, t.cuda, t.carried_from, t.lines, t.modules FROM tests t "
                  "JOIN evidence e ON e.digest = t.evidence WHERE t.snapshot=?")
-        line_digests, module_digests = {}, {}
-        for (test_id, outcome, duration, data, markers, dimension, peak, cuda, carried,
-             lines, modules) in self._db.execute(query, (sid,)):
-            tests[test_id] = TestRecord.from_payload(
-                data, test_id=test_id, outcome=outcome, duration=duration,
-                markers=tuple(json.loads(markers)), dimension=dimension, peak_memory=peak,
-                cuda=bool(cuda), carried_from=carried)
-            if lines:
-                line_digests[test_id] = lines
-            if modules:
-                module_digests[test_id] = modules
+        rows = {row[0]: row for row in self._db.execute(query, (sid,))}  # decoded when read
+        index = TestIndex.unpack(index_data) if index_data is not None else None
+        tests: Mapping[str, TestRecord] = IndexedTests(rows, _test_record, index)
+        line_digests = {t: r[9] for t, r in rows.items() if r[9]} if with_lines else {}
+        module_digests = {t: r[10] for t, r in rows.items() if r[10]} if with_modules else {}
         if with_lines and line_digests:
             blobs = self._blobs("lines", set(line_digests.values()))
-            tests = {tid: replace(t, lines=unpack_lines(blobs[line_digests[tid]])
-                                  if tid in line_digests else None)
-                     for tid, t in tests.items()}
+            tests = IndexedTests.of({
+                tid: replace(t, lines=unpack_lines(blobs[line_digests[tid]])
+                             if tid in line_digests else None)
+                for tid, t in tests.items()}, index)
         if with_modules and module_digests:
             blobs = self._blobs("modules", set(module_digests.values()))
-            tests = {tid: replace(t, modules=unpack_modules(blobs[module_digests[tid]]))
-                     if module_digests.get(tid) in blobs else t for tid, t in tests.items()}
+            tests = IndexedTests.of({
+                tid: replace(t, modules=unpack_modules(blobs[module_digests[tid]]))
+                if module_digests.get(tid) in blobs else t for tid, t in tests.items()}, index)
         return Snapshot(commit=commit, environment=Environment.from_json(env_json),
                         tree=unpack(tree_data), tests=tests,
                         import_time=json.loads(import_time),
@@ -317,21 +346,34 @@ class SqliteEvidenceStore:
                         created_at=created_at, source=source, env_key=env_digest,
                         scope=json.loads(scope))
 
+    def load_lines(self, commit: str, env_digest: str, test_ids: Iterable[str],
+                   paths: Collection[str] | None = None
+                   ) -> dict[str, dict[str, tuple[int, ...]]]:
+        """The executed lines of some tests of a snapshot (the statement rule's candidates),
+        of every file or of `paths` only."""
+        return {t: unpack_lines(d, paths) for t, d in
+                self._parts("lines", commit, env_digest, test_ids).items()}
+
     def load_modules(self, commit: str, env_digest: str, test_ids: Iterable[str]
                      ) -> dict[str, dict]:
         """The captured module calls of some tests of a snapshot (pruning's candidates)."""
+        return {t: unpack_modules(d) for t, d in
+                self._parts("modules", commit, env_digest, test_ids).items()}
+
+    def _parts(self, table: str, commit: str, env_digest: str, test_ids: Iterable[str]
+               ) -> dict[str, bytes]:
+        """test -> the packed part (`lines` or `modules`) its row names, for some tests."""
         row = self._db.execute("SELECT id FROM snapshots WHERE commit_sha=? AND env=?",
                                (commit, env_digest)).fetchone()
         if row is None:
             return {}
-        out: dict[str, dict] = {}
+        out: dict[str, bytes] = {}
         for chunk in _chunks(sorted(set(test_ids)), 500):
             marks = ",".join("?" * len(chunk))
-            for test_id, data in self._db.execute(
-                    f"SELECT t.test_id, m.data FROM tests t JOIN modules m "
-                    f"ON m.digest = t.modules WHERE t.snapshot=? AND t.test_id IN ({marks})",
-                    (row[0], *chunk)):
-                out[test_id] = unpack_modules(data)
+            out.update(self._db.execute(
+                f"SELECT t.test_id, p.data FROM tests t JOIN {table} p "
+                f"ON p.digest = t.{table} WHERE t.snapshot=? AND t.test_id IN ({marks})",
+                (row[0], *chunk)))
         return out
 
     def _blobs(self, table: str, digests: set[str]) -> dict[str, bytes]:
@@ -360,7 +402,8 @@ class SqliteEvidenceStore:
             db.executemany("INSERT INTO gc_dropped VALUES (?)", [(i,) for i in dropped])
             for (size,) in db.execute(
                     "SELECT length(s.env_json) + length(s.import_time) + "
-                    "length(s.session_files) + coalesce((SELECT sum(length(t.test_id) + "
+                    "length(s.session_files) + coalesce(length(s.test_index), 0) + "
+                    "coalesce((SELECT sum(length(t.test_id) + "
                     "length(t.evidence) + coalesce(length(t.lines), 0) + "
                     "coalesce(length(t.modules), 0) + length(t.markers)) "
                     "FROM tests t WHERE t.snapshot = s.id), 0) FROM snapshots s "
@@ -390,7 +433,8 @@ class SqliteEvidenceStore:
                                      ("modules", "modules", "digest"),
                                      ("captures", "captures", "digest"),
                                      ("replays", "replays", "key"),
-                                     ("inventories", "inventories", "blob")):
+                                     ("inventories", "inventories", "blob"),
+                                     ("test_names", "test_names", "key")):
                 doomed[table] = []
                 for name, size in db.execute(f"SELECT {key}, length(data) FROM {table}"):
                     keep = reach.keeps(kind, name)
@@ -402,7 +446,8 @@ class SqliteEvidenceStore:
                 for table, key in (("trees", "digest"), ("evidence", "digest"),
                                    ("lines", "digest"), ("modules", "digest"),
                                    ("captures", "digest"),
-                                   ("replays", "key"), ("inventories", "blob")):
+                                   ("replays", "key"), ("inventories", "blob"),
+                                   ("test_names", "key")):
                     db.executemany(f"DELETE FROM {table} WHERE {key} = ?",
                                    [(k,) for k in doomed[table]])
             db.execute("DELETE FROM gc_dropped")
@@ -480,6 +525,36 @@ class SqliteEvidenceStore:
                     f"({marks}) ORDER BY id DESC", chunk):
                 out.setdefault(test_id, []).append((commit, outcome))
         return out
+
+
+def _test_record(test_id: str, row: tuple) -> TestRecord:
+    """A test's record from its row in `load_snapshot`'s query (decoded when first read)."""
+    _, outcome, duration, data, markers, dimension, peak, cuda, carried = row[:9]
+    return TestRecord.from_payload(data, test_id=test_id, outcome=outcome, duration=duration,
+                                   markers=tuple(json.loads(markers)), dimension=dimension,
+                                   peak_memory=peak, cuda=bool(cuda), carried_from=carried)
+
+
+def _write_ahead_log(db: sqlite3.Connection, wait: float = 30.0) -> None:
+    """Switch the file to WAL, waiting for other connections as long as the busy timeout.
+
+    SQLite answers a journal-mode change that another connection's lock blocks with "database
+    is locked" at once, without its busy handler: an xdist worker opening a new store while
+    another created it lost its recording that way (three processes racing on a fresh file:
+    6 failures in 60 rounds before)."""
+    deadline = time.monotonic() + wait
+    delay = 0.005
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise StoreError(f"evidence store is busy: {exc}") from None
+        time.sleep(delay)
+        delay = min(delay * 2, 0.25)
 
 
 @contextmanager
