@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import shutil
 import statistics
@@ -64,6 +65,16 @@ def fetch_sdist(requirement: str, python: str, into: Path) -> Path:
     return root
 
 
+def outcome(stdout: str) -> str:
+    """pytest's summary counts ("62 passed, 4 skipped"), without the time it took."""
+    lines = [line for line in stdout.splitlines() if re.search(r"\d+ (passed|failed)", line)]
+    if not lines:
+        return "no summary"
+    counts = re.findall(r"(\d+) (passed|failed|skipped|error|errors|xfailed|xpassed)",
+                        lines[-1])
+    return ", ".join(f"{n} {what}" for n, what in counts)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", default=str(ROOT / "examples" / "tinyllm"))
@@ -93,6 +104,7 @@ def main() -> None:
                 *shlex.split(args.pytest_args)]
         runs = modes(args.python, args.capture_off)
         times: dict[str, list[float]] = {name: [] for name in runs}
+        outcomes: dict[str, str] = {}
         for i in range(args.repeat):
             for name, (extra, env) in runs.items():
                 for leftover in (".fastci", ".testmondata", ".pytest_cache"):
@@ -108,6 +120,12 @@ def main() -> None:
                 elapsed = time.perf_counter() - start
                 if proc.returncode not in (0, 1):  # 1: some tests of the suite fail
                     sys.exit(f"{name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+                # Every mode must end as plain pytest did, or it measured other work.
+                result = outcome(proc.stdout)
+                expected = outcomes.setdefault("plain", result)
+                if result != expected:
+                    sys.exit(f"{name}: pytest ended with {result}, plain pytest with "
+                             f"{expected}: recording changed the suite's outcome")
                 times[name].append(elapsed)
                 print(f"  run {i + 1}/{args.repeat} {name:<32} {elapsed:6.1f}s", flush=True)
         plain = statistics.median(times["plain pytest"])

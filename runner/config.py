@@ -50,6 +50,11 @@ class Settings:
     """How lines are measured while recording: "sysmon" (sys.monitoring, Python 3.12+),
     "coverage" (coverage.py's C tracer) or "auto" (sysmon where the Python has it). Both give
     the same evidence; sysmon costs far less. `FASTCI_RECORDER` overrides it."""
+    exact: tuple[str, ...] = ("import-time", "statements")
+    """The exact rules on (`EXACT_RULES`): "import-time" attributes a function run while a
+    test file was imported to the statement that called it, "statements" compares a changed
+    function statement by statement. Each one only ever selects fewer tests than the rule it
+    refines; turning one off (`FASTCI_EXACT=statements`, or empty) is for measuring them."""
     mode: str = "enforce"
     """"enforce": run the selection. "shadow": select, but run every test, and record in the
     store's audit what the selection would have missed (`fastci audit`): how a team earns
@@ -70,10 +75,11 @@ class Settings:
                    for g in self.ignore)
 
 
-_TUPLES = {"dimensions", "blocking", "ignore"}
+_TUPLES = {"dimensions", "blocking", "ignore", "exact"}
 _NUMBERS = {"failure_half_life", "capture_budget_mb", "retention_days"}
 PRUNE_MODES = ("exact", "tolerance", "off")
 RECORDERS = ("auto", "sysmon", "coverage")
+EXACT_RULES = ("import-time", "statements")
 
 
 def load(root: Path, environ: dict[str, str] | None = None) -> Settings:
@@ -106,6 +112,10 @@ def _checked(name: str, value: object) -> str | float | tuple[str, ...]:
             value = [v.strip() for v in value.split(",") if v.strip()]
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"[tool.fastci] {name} must be a list of names")
+        unknown = [v for v in value if name == "exact" and v not in EXACT_RULES]
+        if unknown:
+            raise ConfigError(f"[tool.fastci] exact: unknown rule(s) {', '.join(unknown)}; "
+                              f"known: {', '.join(EXACT_RULES)}")
         return tuple(value)
     if name in _NUMBERS:
         try:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import ChainMap
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, AbstractSet, Mapping, cast
@@ -22,16 +23,18 @@ from fastci.runner.analysis.changes import analyse, diff_trees
 from fastci.runner.analysis.environment import current, is_manifest, lock_hash
 from fastci.runner.errors import RunError
 from fastci.runner.evidence import Snapshot
+from fastci.runner.evidence_index import TestIndex
 from fastci.runner.execution.carry import store_run
 from fastci.runner.execution.flaky import confirm, failed_ids
 from fastci.runner.execution.flaky import results as test_results
 from fastci.runner.git import END, WORKTREE, GitError, Repo
 from fastci.runner.record.recorder import Recording, blob_sha, recording_from_json
+from fastci.runner.selection import crosscheck
 from fastci.runner.selection.plan import make_plan
 from fastci.runner.selection.report import RunReport, Selection
 from fastci.runner.selection.rules import History, SelectionInput, select
 from fastci.runner.selection.scope import Scope
-from fastci.runner.store import EvidenceStore, open_store, resolve_store
+from fastci.runner.store import EvidenceStore, StoreError, open_store, resolve_store
 
 if TYPE_CHECKING:
     from fastci.runner.analysis.blocks import FileBlocks
@@ -131,16 +134,16 @@ class Engine:
                 changed = {c.path for c in files} | {c.old_path for c in files if c.old_path}
                 old_inv = self._old_inventories(store, snapshot, changed)
                 new_inv = head_inv.load(sorted(changed))
-                changes = analyse(files, old_inv, new_inv, head_inv)
+                changes = analyse(files, old_inv, new_inv, head_inv,
+                                  sources=self._changed_sources(snapshot, head, head_tree, files))
                 removed = {p: fb for p, fb in old_inv.items() if p not in head_tree}
                 graph = _LazyGraph(head_inv, removed)
-                kernels = {k for t in snapshot.tests.values() for k in t.kernels}
-                python_changed = any(p.endswith(".py") for p in changed)
-                head_kernels = (inventory.kernel_hashes(head_inv, kernels)
-                                if kernels and python_changed else
-                                {k: h for t in snapshot.tests.values()
-                                 for k, h in t.kernels.items()})
-                untracked = self._untracked(snapshot, head, head_tree)
+                # What every test's evidence names, from the index (built, decoding every
+                # test, only for a snapshot stored without one).
+                index = snapshot.index or TestIndex.build(snapshot.tests)
+                head_kernels = _head_kernels(index, head_inv,
+                                             any(p.endswith(".py") for p in changed))
+                untracked = self._untracked(snapshot, index, head, head_tree)
             else:
                 changes = analyse((), {}, {}, {})
                 graph, head_kernels, untracked = _LazyGraph(head_inv, {}), {}, {}
@@ -156,8 +159,11 @@ class Engine:
                 untracked_shas=untracked, settings=self.settings, history=history,
                 no_evidence_reason=why,
                 scope=Scope() if all_tests or snapshot is None else
-                Scope.from_json(snapshot.scope))
+                Scope.from_json(snapshot.scope),
+                line_source=_line_source(store, snapshot) if snapshot is not None else None)
             selection = select(inputs)
+            if crosscheck.wanted():
+                crosscheck.checked(inputs, selection)
             pruning = None
             if prune and snapshot is not None and self.settings.prune != "off" and \
                     any(d.prunable or d.prune_conditions for d in selection.selected):
@@ -178,10 +184,10 @@ class Engine:
         # the candidates only.
         wanted = [d.test_id for d in selection.selected if d.prunable or d.prune_conditions]
         found = store.load_modules(snapshot.commit, snapshot.env_key, wanted)
-        if found:
-            snapshot = replace(snapshot, tests={
-                **snapshot.tests, **{t: replace(snapshot.tests[t], modules=m)
-                                     for t, m in found.items() if t in snapshot.tests}})
+        if found:  # the candidates with their module calls, over the rest (not decoded)
+            snapshot = replace(snapshot, tests=ChainMap(
+                {t: replace(snapshot.tests[t], modules=m)
+                 for t, m in found.items() if t in snapshot.tests}, snapshot.tests))
         outcome = prune.prune(self.repo, store, selection, snapshot, head, head_tree, old_inv,
                               mode=self.settings.prune, progress=self.progress,
                               replayer=self.replayer)
@@ -223,11 +229,25 @@ class Engine:
                 out[path] = parse_blocks(source, *module_name_for(path))
         return out
 
-    def _untracked(self, snapshot: Snapshot, head: str, head_tree) -> dict[str, str]:
+    def _changed_sources(self, snapshot: Snapshot, head: str, head_tree: Mapping[str, str],
+                         files) -> dict[str, tuple[bytes | None, bytes | None]]:
+        """(old, new) source of each modified Python file, to compare its changed functions
+        statement by statement; a side git cannot give (a dirty tree's blob) is None."""
+        paths = [c.path for c in files if c.status == "modified" and c.path.endswith(".py")]
+        if not paths:
+            return {}
+        old = self.repo.read_blobs([snapshot.tree[p] for p in paths if p in snapshot.tree])
+        new = self.repo.read_many(head, paths)
+        return {p: (old.get(snapshot.tree.get(p, "")),
+                    new[p] if p in new and blob_sha(new[p]) == head_tree.get(p) else None)
+                for p in paths}
+
+    def _untracked(self, snapshot: Snapshot, index: TestIndex, head: str, head_tree
+                   ) -> dict[str, str]:
         """Content hashes of data files tests read that git does not track (worktree only)."""
         if head != WORKTREE:
             return {}
-        paths = {p for t in snapshot.tests.values() for p in t.files if p not in head_tree}
+        paths = {p for p in index.data_files() if p not in head_tree}
         paths |= {p for p in snapshot.session_files if p not in head_tree}
         out = {}
         for path in paths:
@@ -390,6 +410,20 @@ class _Phase:
     flaky: dict[str, dict | None] = field(default_factory=dict)  # test id -> its first failure
 
 
+def _line_source(store: EvidenceStore, snapshot: Snapshot):
+    """Some tests' executed lines in some files, loaded from the store when a rule asks for
+    them (lines are stored apart from the evidence selection decodes); a store that cannot
+    answer gives none, and the rule counts whole functions."""
+
+    def lines_of(test_ids, paths) -> dict[str, dict[str, tuple[int, ...]]]:
+        try:
+            return store.load_lines(snapshot.commit, snapshot.env_key, test_ids, paths)
+        except StoreError:
+            return {}
+
+    return lines_of
+
+
 def _import_time(snap: Snapshot) -> dict[str, dict[str, list[str]]]:
     """A snapshot's import-time origins in a recording's shape (lists where a snapshot types
     tuples; the store hands back lists either way, and both serialise alike)."""
@@ -449,6 +483,19 @@ def audit_entry(report: RunReport, commit: str | None, kind: str) -> dict:
             "failed": [r.test_id for r in failed], "missed": missed,
             "flaky": [r.test_id for r in report.results if r.flaky],
             "time_to_first_failure": report.time_to_first_failure}
+
+
+def _head_kernels(index: TestIndex, head_inv: inventory.Inventories, python_changed: bool
+                  ) -> dict[str, str]:
+    """The head's hash of each kernel in evidence. Without a Python change a kernel is as
+    recorded; where tests recorded different hashes for one kernel (evidence carried from
+    different commits), its hash is computed at the head."""
+    recorded = index.kernels()
+    mixed = {k for k, hashes in recorded.items() if len(hashes) > 1 or python_changed}
+    out = {k: next(iter(hashes)) for k, hashes in recorded.items() if k not in mixed}
+    if mixed:
+        out.update(inventory.kernel_hashes(head_inv, mixed))
+    return out
 
 
 class _LazyGraph:

@@ -2,15 +2,17 @@
 serial session. Each worker records its own tests; the controller merges.
 
 The fast test runs on the conftest library (session fixture, a config file read at test
-time, import-time work, a constant imported by name); the slow one on examples/tinyllm (357
-tests, Triton in the interpreter): about four minutes on two shared cores, where it found
-every test's blocks, lines, kernels and outcome identical, one test's listed directories
-different (work done once per process) and 44 tests with extra files from the kernel's
-file events (which cannot tell workers apart)."""
+time, import-time work, a constant imported by name); the slow one on examples/tinyllm (368
+tests, Triton in the interpreter, a torchrun test, DataLoader workers and a training
+subprocess among them): about five minutes on two shared cores. On its first 357 tests it
+found every test's blocks, lines, kernels and outcome identical, one test's listed
+directories different (work done once per process) and 44 tests with extra files from the
+kernel's file events (which cannot tell workers apart)."""
 
 from __future__ import annotations
 
 import shutil
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -123,5 +125,36 @@ def test_tinyllm_under_xdist_records_the_serial_evidence(tmp_path):
     project.commit("tinyllm")
     serial, parallel = record_both(project, tmp_path)
     assert len(serial.tests) > 300
-    # Measured: 357 tests, one differs (the serial run's first attention test listed ".").
+    # Measured on 357 of them: one differs (the serial run's first attention test listed ".").
     assert_same(serial, parallel, once_per_process=3)
+
+
+LOSE_GW1 = '''
+import os
+import pytest
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    """Plays a worker whose recording never reaches the controller."""
+    workerinput = getattr(session.config, "workerinput", {})
+    if workerinput.get("workerid") == "gw1":
+        os.remove(os.path.join(workerinput["fastci_workers_dir"], "gw1.json"))
+'''
+
+
+def test_a_worker_whose_recording_is_lost_fails_the_recording_and_stores_nothing(project,
+                                                                                tmp_path):
+    conftest = textwrap.dedent(LIBRARY["tests/conftest.py"]).lstrip("\n") + LOSE_GW1
+    project.write({**LIBRARY, "tests/conftest.py": conftest})
+    project.commit("library whose second worker loses its recording")
+    store = tmp_path / "xdist.db"
+    proc = project.fastci("record", "-q", "--store", str(store), "--", *PYTEST, "-n", "2",
+                          check=False)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "gw1 ran" in out and "nothing was stored" in out, out
+    assert "Traceback" not in out
+    if store.exists():
+        with open_store(str(store), create=False) as db:
+            assert db.snapshot_envs(project.git("rev-parse", "HEAD")) == []

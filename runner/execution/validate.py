@@ -189,12 +189,21 @@ def _test(raw, head_tree, inventories, planned, budget: int | None = None) -> Te
         if fb is not None:
             blocks[path] = {fb.owner_of(n) for n in numbers}
     launched = set()
+    credited: dict[str, set[str]] = {}  # blocks without lines: every other one is its lines
     for key in _dict(raw.get("kernels") or {}, "kernels"):
         path, _, qualname = _text(key, "a kernel", MAX_ID).partition("::")
         fb = inventories.get(path) if path in head_tree else None
         if fb is not None and qualname in fb.by_qualname():
             launched.add(key)
             blocks.setdefault(path, set()).add(qualname)
+            credited.setdefault(path, set()).add(qualname)
+    # Blocks it reached without their lines (cache hits) or that ran in a child: both only
+    # ever add to what selects the test, and say its lines cannot tell a path through them.
+    reached = _block_map(raw.get("credited"), head_tree, inventories, "credited")
+    in_children = _block_map(raw.get("child_blocks"), head_tree, inventories, "child")
+    for path, qualnames in [*reached.items(), *in_children.items()]:
+        blocks.setdefault(path, set()).update(qualnames)
+        credited.setdefault(path, set()).update(qualnames)
     markers = tuple(_text(m, "a marker", 200) for m in _list(raw.get("markers", []), "markers"))
     dimension = raw.get("dimension", "correctness")
     if not isinstance(dimension, str) or not DIMENSION.match(dimension):
@@ -214,7 +223,24 @@ def _test(raw, head_tree, inventories, planned, budget: int | None = None) -> Te
                              for s in _list(raw.get("spawns", []), "spawns")})),
         kernels=kernel_hashes(inventories, launched), markers=markers, dimension=dimension,
         peak_memory=peak, cuda=raw.get("cuda", False), lines=lines,
-        modules=_modules(raw.get("modules"), head_tree, test_id))
+        modules=_modules(raw.get("modules"), head_tree, test_id),
+        credited={p: tuple(sorted(q)) for p, q in sorted(credited.items())},
+        child_blocks={p: tuple(sorted(q)) for p, q in sorted(in_children.items())})
+
+
+def _block_map(raw, head_tree, inventories, what: str) -> dict[str, set[str]]:
+    """{path: qualnames} naming blocks of the head's inventories (others are dropped)."""
+    out: dict[str, set[str]] = {}
+    for path, qualnames in _dict(raw or {}, f"{what} blocks").items():
+        fb = inventories.get(path) if path in head_tree else None
+        if fb is None:
+            continue
+        known = fb.by_qualname()
+        found = {q for q in _list(qualnames, f"{what} blocks of a file")
+                 if isinstance(q, str) and q in known}
+        if found:
+            out[path] = found
+    return out
 
 
 def _line_map(raw, tree: Container[str], what: str) -> dict[str, list[int]]:

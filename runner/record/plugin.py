@@ -57,6 +57,12 @@ def _megabytes(text: str) -> float:
     return value
 
 
+def _worker_id(node) -> str:
+    """The id pytest-xdist gives a worker ("gw0"), from a report's or a controller's node."""
+    workerinput = getattr(node, "workerinput", None) or {}
+    return str(workerinput.get("workerid") or getattr(getattr(node, "gateway", None), "id", "?"))
+
+
 def capture_budget(option: float | None, configured: float) -> int:
     """Bytes of captures kept per test: the command line's budget (the App's trusted base)
     wins over the configuration of the tree under test."""
@@ -84,6 +90,10 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         raise pytest.UsageError(f"fastci: {exc}") from None
     recorder = Recorder(repo, which)
     recorder.start()
+    if os.environ.get("FASTCI_RECORD_PROFILE"):  # where the time goes, part by part
+        from fastci.runner.record import profile  # noqa: PLC0415 (start-up: profiling only)
+
+        profile.instrument(recorder)
     early_config.stash[_recorder_key] = recorder
 
 
@@ -135,6 +145,8 @@ class _Session:
         self.capture_budget = capture_budget(config.getoption("fastci_capture_budget_mb"),
                                              self.settings.capture_budget_mb)
         self.workers_dir: str | None = None  # an xdist controller's: where workers write
+        self._ran_by: dict[str, str] = {}  # an xdist controller's: test id -> worker id
+        self._worker_errors: dict[str, str] = {}  # worker id -> why it recorded nothing
         workerinput = getattr(config, "workerinput", None)  # an xdist worker's
         self.write_to: str | None = None
         if recorder is not None and workerinput and workerinput.get("fastci_workers_dir"):
@@ -155,6 +167,16 @@ class _Session:
         """pytest-xdist, in the controller, before a worker starts: where it writes."""
         if self.workers_dir is not None:
             node.workerinput["fastci_workers_dir"] = self.workers_dir
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error) -> None:
+        """pytest-xdist, in the controller: why a worker that is gone wrote no recording."""
+        if self.workers_dir is None:
+            return
+        output = getattr(node, "workeroutput", None) or {}
+        why = output.get("fastci_error") or (f"it went down: {error}" if error else None)
+        if why:
+            self._worker_errors[_worker_id(node)] = str(why)[:500]
 
     def pytest_collection_finish(self) -> None:
         # Hook Triton launches only if the code under test imported Triton while being
@@ -237,6 +259,8 @@ class _Session:
 
     def pytest_runtest_logreport(self, report) -> None:
         nodeid = report.nodeid
+        if self.workers_dir is not None and getattr(report, "node", None) is not None:
+            self._ran_by[self.test_id(nodeid)] = _worker_id(report.node)
         self._duration[nodeid] = self._duration.get(nodeid, 0.0) + report.duration
         current = self._outcome.get(nodeid, "passed")
         if report.failed:
@@ -276,7 +300,9 @@ class _Session:
                 if self.write_to is not None:  # an xdist worker: the controller stores
                     data = recording_to_json(recording, failures)
                     data["collected"] = collected
-                    Path(self.write_to).write_text(json.dumps(data))
+                    partial = Path(self.write_to + ".partial")
+                    partial.write_text(json.dumps(data))
+                    partial.replace(self.write_to)  # whole, or not there at all
                 elif out:
                     data = recording_to_json(recording, failures)
                     data["collected"] = collected
@@ -289,7 +315,18 @@ class _Session:
                     summary = store_recording(store, self.recorder.repo, recording)
                     self._summary = summary
         except StoreError as exc:
+            self._tell_controller(exc)
             raise pytest.UsageError(f"fastci: {exc}") from None
+        except BaseException as exc:
+            self._tell_controller(exc)
+            raise
+
+    def _tell_controller(self, exc: BaseException) -> None:
+        """An xdist worker that could not write its recording says why to the controller,
+        which then refuses to store a recording without its tests."""
+        output = getattr(self.config, "workeroutput", None)
+        if self.write_to is not None and output is not None:
+            output["fastci_error"] = f"{type(exc).__name__}: {exc}"[:500]
 
     def _merge_workers(self):
         """The workers' recordings as one, with their failures and what they collected."""
@@ -302,6 +339,8 @@ class _Session:
         recordings, failures, collected = [], {}, []
         try:
             for name in sorted(os.listdir(self.workers_dir)):
+                if not name.endswith(".json"):
+                    continue  # a worker that died while writing (its `.partial`)
                 data = json.loads(Path(self.workers_dir, name).read_text())
                 recording, worker_failures = recording_from_json(data)
                 recordings.append(recording)
@@ -312,7 +351,26 @@ class _Session:
         if not recordings:
             raise pytest.UsageError("fastci: no pytest-xdist worker recorded anything (did "
                                     "every worker crash?); nothing was recorded")
-        return merge_recordings(recordings), failures, list(dict.fromkeys(collected))
+        merged = merge_recordings(recordings)
+        self._check_every_worker_delivered(merged)
+        return merged, failures, list(dict.fromkeys(collected))
+
+    def _check_every_worker_delivered(self, merged) -> None:
+        """Every test a worker reported must be in the merged recording: a worker whose
+        recording is missing would otherwise lose its tests' evidence without a word."""
+        missing: dict[str, list[str]] = {}
+        for test_id, worker in self._ran_by.items():
+            if test_id not in merged.tests:
+                missing.setdefault(worker, []).append(test_id)
+        if not missing:
+            return
+        parts = []
+        for worker, tests in sorted(missing.items()):
+            why = self._worker_errors.get(worker, "its recording file is missing or lacks them")
+            parts.append(f"{worker} ran {len(tests)} test(s) with no recording "
+                         f"(e.g. {tests[0]}): {why}")
+        raise pytest.UsageError("fastci: a pytest-xdist worker's recording is incomplete; "
+                                "nothing was stored: " + "; ".join(parts))
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         summary = getattr(self, "_summary", None)

@@ -7,7 +7,10 @@ of its own and is then credited to every test that depends on it:
 
 - `fixture:<scope>:<id>`: a fixture broader than a function, set up once, credited to each
   test that uses it (otherwise only the first test would carry a session fixture's code);
-- `collect:<test file>`: importing a test module during collection;
+- `collect:<test file>`: importing a test module during collection (and, for lines only,
+  `collect:<test file>|outside-module-bodies` for what pytest's own collection work runs of
+  the repository there: `import_calls.py` saw which statement called each function in a
+  module body, never outside one);
 - "" (the empty context): conftest and plugin imports before collection.
 
 Import-time work is where coverage-only selectors miss regressions, so it is kept apart and
@@ -30,14 +33,15 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Iterator
 
 from fastci.runner.analysis import inventory
-from fastci.runner.analysis.blocks import MODULE, FileBlocks
+from fastci.runner.analysis.blocks import MODULE, FileBlocks, module_statement_at
 from fastci.runner.analysis.environment import Environment, current, is_manifest, lock_hash
-from fastci.runner.evidence import DYNAMIC_ALL, SESSION, Snapshot, TestRecord
+from fastci.runner.evidence import DYNAMIC_ALL, SESSION, ImportCaller, Snapshot, TestRecord
 from fastci.runner.git import WORKTREE, Repo
 from fastci.runner.record import lines, tracing
 from fastci.runner.record.capture import CAPTURED, INSIDE, ModuleCapture
 from fastci.runner.record.children import Children
 from fastci.runner.record.fileaccess import FileEvents
+from fastci.runner.record.import_calls import OUTSIDE, ImportCalls
 
 if TYPE_CHECKING:
     from fastci.runner.store import EvidenceStore
@@ -119,6 +123,9 @@ class Recorder:
         self.children: Children | None = None  # children record for the test that started them
         self.file_events: FileEvents | None = None  # every reader's opens, native ones too
         self.file_events_lost: set[str] = set()  # contexts whose kernel events overflowed
+        # Which module-level statement called each function run while a test file was
+        # collected (import-time attribution, import_calls.py).
+        self.import_calls = ImportCalls(self.root, self.tree, self._collection_window)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -144,6 +151,7 @@ class Recorder:
     def _detach_in_fork(self) -> None:
         """In a forked child: the parent's hooks stop here; the child records on its own."""
         tracing.stop()
+        self.import_calls.stop()
         self._kernel_hook.uninstall()
         if self._lines is not None:
             try:
@@ -196,7 +204,14 @@ class Recorder:
         self.context = context
         if self._lines is not None:
             self._lines.switch(context)
+            self.import_calls.follow(context)
         self._route(context)
+
+    def _collection_window(self, inside: bool) -> None:
+        """While a test file is collected, lines outside repository module bodies go to a
+        context of their own: functions run there were called unseen (import_calls.py)."""
+        if self._lines is not None and self.context.startswith("collect:"):
+            self._lines.switch(self.context if inside else self.context + OUTSIDE)
 
     def _route(self, context: str) -> None:
         tracing.set_context(self.module_reads[context], self.property_reads[context])
@@ -311,7 +326,8 @@ class Recorder:
         inventories = inventory.load(self.repo, WORKTREE, self.tree, store)
         shas = _FileHasher(self.root, self.tree)
         tests = self._test_records(inventories, lines_by_context, shas, child_lines, watched)
-        import_time = _import_time(inventories, lines_by_context)
+        import_time = _import_time(inventories, lines_by_context,
+                                   _Callers(self.root, self.import_calls.calls))
         session_files = self._session_files(shas)
         if self.capture is not None:
             store.save_captures(self.capture.blobs)
@@ -338,6 +354,7 @@ class Recorder:
     def _stop_hooks(self) -> None:
         """Nothing the process does from here on is evidence."""
         tracing.stop()
+        self.import_calls.stop()
         tracing.stop_reading(self._hooked)
         tracing.unpatch_cached_property()
         self._kernel_hook.uninstall()
@@ -393,7 +410,9 @@ class Recorder:
                 child_blocks={p: tuple(sorted({inventories[p].owner_of(n) for n in ls}))
                               for p, ls in in_children.items() if p in inventories},
                 ranks=self.children.ranks_of(contexts) if self.children else (),
-                file_events=watched and not self.file_events_lost.intersection(contexts))
+                file_events=watched and not self.file_events_lost.intersection(contexts),
+                credited=_by_path(p for p in self._credited(nodeid, test, seen)
+                                  if p[0] in inventories))
         return tests
 
     def _finish_file_events(self) -> bool:
@@ -451,10 +470,15 @@ class Recorder:
             blocks[path] = tuple(sorted({fb.owner_of(n) for n in ls}))
         # A launch is evidence even without its lines; so is a cache hit of a memoized
         # function or a cached property read (the body ran for another test).
-        for path, qualname in seen.kernels | self._memoized(nodeid, test):
+        for path, qualname in self._credited(nodeid, test, seen):
             if path in inventories and qualname not in blocks.get(path, ()):
                 blocks[path] = tuple(sorted({*blocks.get(path, ()), qualname}))
         return blocks
+
+    def _credited(self, nodeid: str, test: _Test, seen: _Seen) -> set[tuple[str, str]]:
+        """Blocks the test reached without running their lines: kernels it launched, cache
+        hits, cached properties read."""
+        return seen.kernels | self._memoized(nodeid, test)
 
     def _session_files(self, shas: _FileHasher) -> dict[str, str]:
         """Non-Python files read at session start or while a test file was collected."""
@@ -547,28 +571,79 @@ class _Seen:
 
 
 def _import_time(inventories: dict[str, FileBlocks],
-                 lines_by_context: dict[str, dict[str, set[int]]]
-                 ) -> dict[str, dict[str, list[str]]]:
+                 lines_by_context: dict[str, dict[str, set[int]]],
+                 callers: _Callers | None = None) -> dict[str, dict[str, list[str]]]:
     """path -> qualname -> origins of the functions that ran at import time: SESSION before
-    collection (conftest, plugins), else the test file whose collection ran them."""
+    collection (conftest, plugins), else the test file whose collection ran them, with the
+    module-level statements that called them then (`ImportCaller` texts)."""
     import_time: dict[str, dict[str, list[str]]] = defaultdict(dict)
     for context, by_path in lines_by_context.items():
+        unseen = context.endswith(OUTSIDE)  # ran outside module bodies: callers not seen
         if context == SESSION_CONTEXT:
             origin = SESSION
         elif context.startswith("collect:"):
-            origin = context[len("collect:"):]
+            origin = context[len("collect:"):len(context) - (len(OUTSIDE) if unseen else 0)]
         else:
             continue
         for path, ls in by_path.items():
             fb = inventories.get(path)
             if fb is None:
                 continue
+            blocks = fb.by_qualname()
             for qualname in {fb.owner_of(n) for n in ls} - {MODULE}:
-                if fb.by_qualname()[qualname].kind == "function":
+                block = blocks[qualname]
+                if block.kind == "function":
                     origins = import_time[path].setdefault(qualname, [])
-                    if origin not in origins:
-                        origins.append(origin)
+                    found = [origin]
+                    if unseen:
+                        found.append(ImportCaller("?").encode())
+                    elif origin != SESSION and callers is not None:
+                        found += callers.of(context, path, block.start,
+                                            qualname.rsplit(".", 1)[-1])
+                    origins.extend(o for o in found if o not in origins)
     return {p: {q: sorted(o) for q, o in qs.items()} for p, qs in import_time.items()}
+
+
+class _Callers:
+    """The import calls seen in each collection context, as `ImportCaller` texts."""
+
+    def __init__(self, root: str, calls: dict) -> None:
+        self.root = root
+        self.calls = calls
+        self._statements: dict[tuple[str, int], ImportCaller] = {}
+        self._sources: dict[str, bytes | None] = {}
+
+    def of(self, context: str, path: str, first_line: int, name: str) -> list[str]:
+        """Who called the function in `context`; ["?"] when the hook saw no call of it (a
+        thread, a generator resumed later, a hook that could not be installed)."""
+        seen = self.calls.get(context, {}).get((path, first_line, name))
+        if not seen:
+            return [ImportCaller("?").encode()]
+        return sorted({self._resolve(caller).encode() for caller in seen})
+
+    def _resolve(self, caller: tuple) -> ImportCaller:
+        if caller[0] != "module":
+            return ImportCaller(caller[0])
+        _, path, line = caller
+        key = (path, line)
+        if key not in self._statements:
+            if path not in self._sources:
+                try:
+                    self._sources[path] = (Path(self.root) / path).read_bytes()
+                except OSError:
+                    self._sources[path] = None
+            source = self._sources[path]
+            found = module_statement_at(source, line) if source is not None else None
+            self._statements[key] = ImportCaller("?", path, line) if found is None else \
+                ImportCaller(found[1].kind, path, found[0], found[1].defines)
+        return self._statements[key]
+
+
+def _by_path(keys) -> dict[str, tuple[str, ...]]:
+    out: dict[str, set[str]] = defaultdict(set)
+    for path, qualname in keys:
+        out[path].add(qualname)
+    return {p: tuple(sorted(q)) for p, q in sorted(out.items())}
 
 
 class _FileHasher:
@@ -637,6 +712,8 @@ def recording_from_json(data: dict) -> tuple[Recording, dict[str, dict]]:
         t["dynamic"] = {p: tuple(n) for p, n in t.get("dynamic", {}).items()}
         t["child_blocks"] = {p: tuple(q) for p, q in t.get("child_blocks", {}).items()}
         t["ranks"] = tuple(t.get("ranks", ()))
+        if t.get("credited") is not None:
+            t["credited"] = {p: tuple(q) for p, q in t["credited"].items()}
         tests[t["test_id"]] = TestRecord(**t)
     rec = Recording(tree=data["tree"], environment=Environment(**data["environment"]),
                     tests=tests, import_time=data["import_time"],

@@ -7,17 +7,34 @@ risk order. When anything is unclear the answer is to select, and to say why.
 from __future__ import annotations
 
 import posixpath
+from bisect import bisect_left
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 from fastci.runner.analysis.blocks import MODULE, FileBlocks
 from fastci.runner.analysis.changes import ChangeSet, blocks_reading, is_native, is_pytest_config
 from fastci.runner.analysis.environment import Environment, is_manifest
 from fastci.runner.analysis.inventory import ImportGraph, doctest_digest
 from fastci.runner.config import Settings
-from fastci.runner.evidence import DYNAMIC_ALL, SESSION, Snapshot, TestRecord
+from fastci.runner.evidence import DYNAMIC_ALL, FAILED, SESSION, Snapshot, TestRecord
+from fastci.runner.evidence_index import (
+    BLOCKS,
+    CODE,
+    DIRS,
+    DYNAMIC,
+    EXECUTED,
+    FILES,
+    KERNELS,
+    NO_FILE_EVENTS,
+    SPAWNS,
+    Counts,
+    TestIndex,
+    evidence_counts,
+)
 from fastci.runner.selection import risk as risk_model
+from fastci.runner.selection.import_time import import_effects
 from fastci.runner.selection.report import Decision, Selection
 from fastci.runner.selection.scope import Scope
 
@@ -56,6 +73,11 @@ class SelectionInput:
     no_evidence_reason: str | None = None
     scope: Scope = field(default_factory=Scope)
     """The recorded suite's scope (the snapshot's; whole with `--all-tests`)."""
+    line_source: Callable[[Sequence[str], Collection[str]],
+                          Mapping[str, Mapping[str, tuple[int, ...]]]] | None = None
+    """Some tests' executed lines in some files (stored apart from their evidence), for
+    tests whose `lines` were not loaded: asked once, for the tests that ran a function
+    changed inside, in those functions' files."""
 
 
 def test_file(test_id: str) -> str:
@@ -127,7 +149,16 @@ class _Rules:
 
     def __init__(self, inp: SelectionInput, snap: Snapshot) -> None:
         self.inp = inp
-        changes = inp.changes
+        self.exact = set(inp.settings.exact)
+        # Import-time work whose result may have changed: its calling statements' names join
+        # the changed names (import_time.py); what cannot be attributed keeps the wide rule.
+        reader = getattr(inp.head_inventories, "source", None)
+        effects = import_effects(inp.changes, snap.import_time, inp.head_inventories,
+                                 exact="import-time" in self.exact, source=reader)
+        self.changes = changes = effects.changes
+        self.import_wide = effects.wide
+        self.import_everything = list(effects.everything)
+        self.bound = effects.bound
         self.changed_blocks = changes.blocks
         self.name_hits = blocks_reading(changes, inp.head_inventories)
         self.harmless_classes = self._harmless_class_additions()
@@ -136,12 +167,7 @@ class _Rules:
         self.block_paths = {p for p, _ in self.changed_blocks} | {p for p, _ in self.name_hits}
         self.reached: dict[str, set[str]] = {}
         watch = set(changes.unresolved) | set(changes.unparseable)
-        self.import_time_changes: list[tuple[str, str, set[str]]] = []
-        for (path, qualname) in changes.blocks:
-            origins = snap.import_time.get(path, {}).get(qualname)
-            if origins is not None:
-                self.import_time_changes.append((path, qualname, set(origins)))
-                watch.add(path)
+        watch.update(w.path for w in self.import_wide)
         for path in watch:
             self.reached[path] = inp.import_graph.reached_from(path)
         self.conftest_dirs = sorted(
@@ -164,13 +190,16 @@ class _Rules:
         for path, change in status.items():
             if change.status in ("added", "removed", "renamed"):
                 self.added_or_removed[posixpath.dirname(path)].append(path)
+        self.snapshot = snap
+        self._lines: dict[str, Mapping[str, tuple[int, ...]]] | None = None  # loaded once
+        self._spared: dict[str, list[str]] = {}  # test -> functions it ran, none of the change
 
     def _harmless_class_additions(self) -> dict[str, _Condition]:
         """Class name -> (path, class, added methods) for classes that only gained methods
         nobody else reads; whether one overrides an inherited attribute is checked when
         pruning, under the new code."""
         out: dict[str, _Condition | None] = {}
-        for (path, qualname), added in self.inp.changes.added_methods.items():
+        for (path, qualname), added in self.changes.added_methods.items():
             if added & LOOKED_UP_BY_NAME:
                 continue
             readers = [key for key, names in self.name_hits.items() if names & added]
@@ -190,7 +219,8 @@ class _Rules:
         own = self._own_reasons(test)
         executed = self._executed_changes(test)
         tfile = test_file(test.test_id)
-        later = [*self._module_level_changes(test, tfile), *self._import_time_changes(test, tfile),
+        later = [*self._module_level_changes(test, tfile),
+                 *self._import_time_changes(tfile, executed.keys),
                  *self._changed_inputs(test), *self._unseen_dependencies(test)]
         out = own + executed.reasons + [reason for reason, _ in later]
         units = executed.units + sum(n for _, n in later)
@@ -225,17 +255,21 @@ class _Rules:
                 continue  # nothing changed in this file's blocks, nothing reads a change here
             for qualname in qualnames:
                 key = (path, qualname)
-                if key in self.changed_blocks:
-                    hits.append(f"{path}::{qualname} ({self.changed_blocks[key]})")
+                detail = self._how_changed(test, key) if key in self.changed_blocks \
+                    and not self._resolved_body(key) else None
+                if detail is not None:
+                    hits.append(f"{path}::{qualname} ({detail})")
                     found.keys.append(key)
-                elif key in self.name_hits:
+                elif key in self.name_hits:  # also when it ran none of what changed in it
                     names = self.name_hits[key]
                     if names <= self.harmless_classes.keys():
                         found.conditions.update(self.harmless_classes[n] for n in names)
                     else:
                         found.keys.append(key)
                     read = ", ".join(sorted(self.name_hits[key]))
-                    name_hits.append(f"{path}::{qualname} reads {read}")
+                    origin = next((self.bound[n] for n in sorted(names) if n in self.bound), "")
+                    name_hits.append(f"{path}::{qualname} reads {read}"
+                                     + (f" ({origin})" if origin else ""))
         found.units = len(hits) + len(name_hits)
         if hits:
             found.reasons.append(_examples("executed changed code", hits))
@@ -244,10 +278,102 @@ class _Rules:
                 "executed code that reads a changed module or class value", name_hits))
         return found
 
+    def _resolved_body(self, key: _BlockKey) -> bool:
+        """A module body, or the body of a class not defined inside a function, whose
+        change was resolved to the names it binds. A test that ran such a body (a child
+        process importing the module, an import inside the test) is affected through those
+        names, as a test whose module was imported at collection is, not by having run it:
+        the body binds names and does nothing else, or the change would be unresolved."""
+        path, qualname = key
+        if path in self.changes.unresolved or path in self.changes.unparseable:
+            return False
+        if qualname == MODULE:
+            return True
+        if "<locals>" in qualname:
+            return False  # it runs whenever its function runs: code like any other
+        fb = self.inp.head_inventories.get(path)
+        block = fb.by_qualname().get(qualname) if fb is not None and not fb.error else None
+        return block is not None and block.kind == "class"
+
+    def _how_changed(self, test: TestRecord, key: _BlockKey) -> str | None:
+        """How a changed block the test executed changed, as its reason says it; None when
+        the test ran the function along a path the change does not touch."""
+        status = self.changed_blocks[key]
+        change = self.changes.functions.get(key)
+        if status != "modified" or "statements" not in self.exact:
+            return status
+        if change is None:
+            fb = self.inp.head_inventories.get(key[0])
+            block = fb.by_qualname().get(key[1]) if fb is not None else None
+            return "modified; the whole function counts, as its old or new source could not " \
+                   "be read to compare" if block is not None and block.kind == "function" \
+                else status
+        if change.whole is not None:
+            return f"modified: {change.whole}"
+        if change.everyone:  # its first statement changed: every call met it
+            return f"modified: {change.hunks[0].what}"
+        unusable = self._lines_unusable(test, key, change)
+        if unusable is not None:
+            return f"modified; the whole function counts, as {unusable}"
+        hit = change.hit(self._test_lines(test).get(key[0], ()))  # type: ignore[union-attr]
+        if hit is None:
+            self._spared.setdefault(test.test_id, []).append(
+                f"{key[0]}::{key[1]} ({change.hunks[0].what})")
+            return None
+        return f"modified: {hit}"
+
+    def _lines_unusable(self, test: TestRecord, key: _BlockKey, change) -> str | None:
+        """Why the test's executed lines cannot tell which statements of a function it ran,
+        or None when they can (fresh evidence that ran the function's lines itself)."""
+        path, qualname = key
+        if test.carried_from:
+            return (f"its evidence was carried forward from {test.carried_from[:12]} and its "
+                    "lines may have moved since")
+        if test.credited is None:
+            return "its evidence predates per-statement lines"
+        if qualname in test.credited.get(path, ()):
+            return "it reached the function through a cache hit or a launch, not its lines"
+        if qualname in test.child_blocks.get(path, ()):
+            return "a child process ran it"
+        lines = self._test_lines(test)
+        if lines is None:
+            return "its executed lines are not in the evidence"
+        if not change.ran(lines.get(path, ())):
+            return "its evidence holds none of its lines in the function"
+        return None
+
+    def _test_lines(self, test: TestRecord) -> Mapping[str, tuple[int, ...]] | None:
+        if test.lines is not None:
+            return test.lines
+        if self._lines is None:
+            self._lines = self._load_lines()
+        return self._lines.get(test.test_id)
+
+    def _load_lines(self) -> dict[str, Mapping[str, tuple[int, ...]]]:
+        """The lines of every test the statement rule may need, in one request: those that
+        ran a function changed inside whose hunks not every call meets."""
+        source = self.inp.line_source
+        keys = {k for k, c in self.changes.functions.items()
+                if c.whole is None and not c.everyone and k in self.changed_blocks}
+        if source is None or not keys:
+            return {}
+        paths = {p for p, _ in keys}
+        index = getattr(self.snapshot, "index", None)
+        if index is not None:  # decode only the tests that ran one of those functions
+            executed = index.keys(EXECUTED)
+            ran = sorted({index.tests[i] for key in keys for i in executed.get(key, ())})
+            candidates = [self.snapshot.tests[t] for t in ran]
+        else:
+            candidates = list(self.snapshot.tests.values())
+        wanted = [t.test_id for t in candidates
+                  if t.lines is None and t.credited is not None and not t.carried_from
+                  and any(q in t.blocks.get(p, ()) for p, q in keys)]
+        return dict(source(wanted, paths)) if wanted else {}
+
     def _module_level_changes(self, test: TestRecord, tfile: str) -> _Weighted:
         """Modules that changed at module level (unresolved to names) or no longer parse,
         which the test executed or its file imports."""
-        changes, out = self.inp.changes, []
+        changes, out = self.changes, []
         for path in sorted(changes.unresolved):
             why = changes.unresolved[path]
             if path in test.blocks:
@@ -259,15 +385,18 @@ class _Rules:
                 out.append((f"{path} {error}, and this test depends on it", 1))
         return out
 
-    def _import_time_changes(self, test: TestRecord, tfile: str) -> _Weighted:
+    def _import_time_changes(self, tfile: str, executed: list[_BlockKey]) -> _Weighted:
         """Changed code that runs when the test's file is imported: functions called at
-        import time, and conftest.py files above it."""
-        out = []
-        for path, qualname, origins in self.import_time_changes:
-            if qualname in test.blocks.get(path, ()):
-                continue  # already a reason: it executed the block itself
-            if tfile in origins or tfile in self.reached.get(path, ()):
-                out.append((f"{path}::{qualname} runs at import time for {tfile} and changed", 1))
+        import time whose result could not be tied to the names it is bound to, and
+        conftest.py files above it."""
+        out = [(reason, 1) for reason in self.import_everything]
+        for wide in self.import_wide:
+            if (wide.path, wide.qualname) in executed:
+                continue  # already a reason: it executed the changed block itself
+            if tfile in wide.test_files or tfile in self.reached.get(wide.path, ()):
+                detail = f" ({wide.detail})" if wide.detail else ""
+                out.append((f"{wide.path}::{wide.qualname} runs at import time for {tfile} "
+                            f"and {wide.why}{detail}", 1))
         for directory in self.conftest_dirs:
             if tfile.startswith(directory + "/"):
                 out.append((f"{directory}/conftest.py changed at module level", 1))
@@ -318,7 +447,7 @@ class _Rules:
     def _namespace_readers(self) -> dict[tuple[str, str], str]:
         """Blocks that call globals() or vars() in a module whose values changed: they read
         names by string from their own module, which no static read shows."""
-        changes = self.inp.changes
+        changes = self.changes
         out: dict[tuple[str, str], str] = {}
         for path in set(changes.names_by_path) | set(changes.unresolved):
             if path not in self.inp.head_inventories:
@@ -333,7 +462,7 @@ class _Rules:
     def _read_by_string(self, test: TestRecord) -> list[str]:
         """Names the test reached through getattr, import_module, vars() or a module's
         __dict__ that changed; a whole namespace read sees any changed value in it."""
-        changes = self.inp.changes
+        changes = self.changes
         out = []
         for (path, qualname), values in self.namespace_readers.items():
             if qualname in test.blocks.get(path, ()):
@@ -377,15 +506,12 @@ class _Rules:
                 "(its code is not a Python block FastCI can map)")
 
     def skip_reason(self, test: TestRecord) -> str:
-        nblocks = sum(len(q) for q in test.blocks.values())
-        parts = [_plural(nblocks, "block"), f"in {_plural(len(test.blocks), 'file')}"]
-        extra = []
-        if test.files:
-            extra.append(_plural(len(test.files), "data file"))
-        if test.kernels:
-            extra.append(_plural(len(test.kernels), "kernel"))
-        detail = " ".join(parts) + ("; " + ", ".join(extra) if extra else "")
-        return f"nothing it executed or read changed ({detail})"
+        spared = self._spared.get(test.test_id)
+        if spared:
+            return (_examples("it ran changed functions, but none of their changed statements "
+                              "and no statement beside an insertion", spared)
+                    + "; nothing else it executed or read changed")
+        return skip_reason(evidence_counts(test))
 
 
 @dataclass
@@ -405,11 +531,105 @@ def _examples(label: str, items: list[str]) -> str:
     return f"{label}: {shown}{more}"
 
 
-def select(inp: SelectionInput) -> Selection:
+def skip_reason(counts: Counts) -> str:
+    """Why a test the change does not reach is skipped, from its evidence's counts (the
+    index keeps them, so a test decided from the index reads as one decided in full)."""
+    nblocks, nfiles, ndata, nkernels = counts
+    parts = [_plural(nblocks, "block"), f"in {_plural(nfiles, 'file')}"]
+    extra = []
+    if ndata:
+        extra.append(_plural(ndata, "data file"))
+    if nkernels:
+        extra.append(_plural(nkernels, "kernel"))
+    detail = " ".join(parts) + ("; " + ", ".join(extra) if extra else "")
+    return f"nothing it executed or read changed ({detail})"
+
+
+@dataclass(frozen=True, slots=True)
+class _Fact:
+    """One test's decision before ranking, and what ranking reads of it."""
+
+    selected: bool
+    reasons: list[str]
+    units: int  # its share of the change
+    new: bool
+    duration: float | None  # recorded; None for a new test
+    dimension: str | None  # None for a new test (the default dimension)
+    prunable: tuple = ()
+    conditions: tuple = ()
+
+
+def _decide(rules: _Rules | None, all_reasons: list[str], test: TestRecord) -> _Fact:
+    """A test decided from its evidence (decoded)."""
+    if rules is None:
+        return _Fact(True, list(all_reasons), 0, False, test.duration, test.dimension)
+    reasons, units, prunable, conditions = rules.reasons(test)
+    if reasons:
+        return _Fact(True, reasons, units, False, test.duration, test.dimension, prunable,
+                     conditions)
+    return _Fact(False, [rules.skip_reason(test)], 0, False, test.duration, test.dimension)
+
+
+def _reached(inp: SelectionInput, rules: _Rules, index: TestIndex) -> set[int]:
+    """The positions in `index` of the tests the change can reach: every test for which
+    `rules.reasons` may give a reason, read off what the index says each test's evidence
+    names (a superset: a reached test is decoded and evaluated in full)."""
+    if rules.import_everything:  # import-time work at session start changed: every test
+        return set(range(len(index.tests)))
+    changes = rules.changes  # with the names and modules import-time work adds
+    broad = set(changes.unresolved) | set(changes.unparseable)
+    by_string = set(changes.names_by_path) | broad
+    changed: dict[str, Callable[..., bool]] = {  # kind -> does this key name a change?
+        BLOCKS: lambda path: path in broad,  # module level: whatever of it the test ran
+        FILES: lambda path, sha: _file_sha(inp, path) != sha,
+        DIRS: lambda directory: bool(rules.added_or_removed.get(directory)),
+        KERNELS: lambda kernel, digest: inp.head_kernels.get(kernel, "missing") != digest,
+        DYNAMIC: lambda path: path in by_string,
+        CODE: lambda path, sha: _file_sha(inp, path) != sha,
+        SPAWNS: lambda: rules.code_or_data_changed,
+        NO_FILE_EVENTS: lambda: bool(rules.unwatched_changes),
+    }
+    out = {i for i, outcome in enumerate(index.outcomes) if outcome in FAILED}
+    for kind, names_change in changed.items():
+        for parts, ords in index.keys(kind).items():
+            if names_change(*parts):
+                out.update(ords)
+    # Blocks the test executed: changed ones, ones that read a changed name, ones that
+    # read their module's names by string.
+    executed = index.keys(EXECUTED)
+    for key in {*rules.changed_blocks, *rules.name_hits, *rules.namespace_readers}:
+        out.update(executed.get(key, ()))
+    # Rules about the test's own file: its own code, imports of a module changed at module
+    # level or of one whose import-time work changed, conftest.py files above it.
+    test_files = {p for p, _ in changes.blocks} | broad
+    for path in broad:
+        test_files |= rules.reached.get(path, set())
+    for wide in rules.import_wide:  # import-time work no statement's names stand for
+        test_files |= set(wide.test_files) | rules.reached.get(wide.path, set())
+    for prefix in [f"{f}::" for f in test_files] + [f"{d}/" for d in rules.conftest_dirs]:
+        out.update(_starting_with(index.tests, prefix))  # the ids sort by their test file
+    for path in test_files:  # an id that is its file alone (no "::")
+        at = bisect_left(index.tests, path)
+        if at < len(index.tests) and index.tests[at] == path:
+            out.add(at)
+    return out
+
+
+def _starting_with(ids: Sequence[str], prefix: str) -> range:
+    """The positions of the sorted `ids` that start with `prefix` (not empty)."""
+    after = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    return range(bisect_left(ids, prefix), bisect_left(ids, after))
+
+
+def select(inp: SelectionInput, *, use_index: bool = True) -> Selection:
     """Decide every test. The head's tests are those in evidence (unless their file is
-    gone) plus the test functions found statically at the head that evidence lacks."""
+    gone) plus the test functions found statically at the head that evidence lacks.
+
+    With the snapshot's index (and `use_index`), only the tests the change reaches are
+    decoded and evaluated; every other one is skipped from the index alone, with the
+    reason and order the full evaluation (`use_index=False`) gives."""
     snap = inp.snapshot
-    facts: dict[str, tuple[bool, list[str], int, TestRecord | None, tuple, tuple]] = {}
+    facts: dict[str, _Fact] = {}
     notes: list[str] = []
     known_functions: set[str] = set()
     all_reasons: list[str] = []
@@ -418,21 +638,29 @@ def select(inp: SelectionInput) -> Selection:
     else:
         all_reasons = _select_all_reasons(inp, snap)
         rules = None if all_reasons else _Rules(inp, snap)
+        index = snap.index if use_index else None
+        reached = _reached(inp, rules, index) if index is not None and rules is not None \
+            else set()
+        position = index.position if index is not None else {}
+        skip_texts: dict[tuple[int, ...], str] = {}  # many tests share their counts
         gone = 0
-        for test_id, test in snap.tests.items():
-            path = test_file(test_id)
-            if path not in inp.head_tree:
+        for test_id in snap.tests:  # ids only: a test is decoded when it must be evaluated
+            if test_file(test_id) not in inp.head_tree:
                 gone += 1
                 continue
             known_functions.add(function_id(test_id))
-            if rules is None:
-                facts[test_id] = (True, list(all_reasons), 0, test, (), ())
-                continue
-            reasons, units, prunable, conditions = rules.reasons(test)
-            if reasons:
-                facts[test_id] = (True, reasons, units, test, prunable, conditions)
+            at = position.get(test_id)
+            if index is None or at is None or at in reached:
+                facts[test_id] = _decide(rules, all_reasons, snap.tests[test_id])
+            elif rules is None:
+                facts[test_id] = _Fact(True, list(all_reasons), 0, False,
+                                       index.durations[at], index.dimensions[at])
             else:
-                facts[test_id] = (False, [rules.skip_reason(test)], 0, test, (), ())
+                counts = tuple(index.counts[at])
+                text = skip_texts.get(counts) or skip_texts.setdefault(
+                    counts, skip_reason(index.counts[at]))
+                facts[test_id] = _Fact(False, [text], 0, False, index.durations[at],
+                                       index.dimensions[at])
         if gone:
             notes.append(f"{_plural(gone, 'test')} in removed test files left out")
     outside = []
@@ -442,7 +670,7 @@ def select(inp: SelectionInput) -> Selection:
                 outside.append(prefix)  # never in the suite being gated
                 continue
             reasons = ["new test: no evidence yet"] if snap is not None else list(all_reasons)
-            facts[prefix] = (True, reasons, 0, None, (), ())
+            facts[prefix] = _Fact(True, reasons, 0, True, None, None)
     if outside:
         notes.append(f"{_plural(len(outside), 'test')} outside the recorded suite (recorded "
                      f"with `{inp.scope.describe()}`): neither selected nor counted as new; "
@@ -451,34 +679,43 @@ def select(inp: SelectionInput) -> Selection:
     return replace(selection, outside=tuple(outside), scope=inp.scope.to_json())
 
 
-def _rank(inp: SelectionInput, facts, all_reasons: list[str], notes: list[str]) -> Selection:
+def _rank(inp: SelectionInput, facts: dict[str, _Fact], all_reasons: list[str],
+          notes: list[str]) -> Selection:
     history, settings = inp.history, inp.settings
-    known = [f[3].duration for f in facts.values() if f[3] is not None]
+    known = [f.duration for f in facts.values() if f.duration is not None]
     known += list(history.durations.values())
     fallback = risk_model.typical_seconds(known)
     changed_units = max(len(inp.changes.blocks) + len(inp.changes.files), 1)
     changed_paths = set(inp.changes.paths)
+    # Most tests have no history and no share of the change: their risk is one number.
+    plain: dict[tuple[bool, int], float] = {}
     scored = {}
-    for test_id, (chosen, reasons, units, test, _, _) in facts.items():
-        seconds = risk_model.expected_seconds(
-            test_id, history.durations, test.duration if test else None, fallback)
+    for test_id, fact in facts.items():
+        seconds = risk_model.expected_seconds(test_id, history.durations, fact.duration,
+                                              fallback)
+        outcomes = history.outcomes.get(test_id, ())
         cofail = {p: r for p, r in history.cofailure.get(test_id, {}).items()
                   if p in changed_paths}
-        value = risk_model.risk(
-            risk_model.RiskFacts(test_id, test is None, units, seconds),
-            history.outcomes.get(test_id, ()), cofail, changed_units,
-            settings.failure_half_life)
+        key = (fact.new, fact.units)
+        if outcomes or cofail or key not in plain:
+            value = risk_model.risk(
+                risk_model.RiskFacts(test_id, fact.new, fact.units, seconds), outcomes,
+                cofail, changed_units, settings.failure_half_life)
+            if not outcomes and not cofail:
+                plain[key] = value
+        else:
+            value = plain[key]
         scored[test_id] = (value, seconds)
-    ranked = risk_model.order([(t, *scored[t]) for t, f in facts.items() if f[0]])
+    ranked = risk_model.order([(t, *scored[t]) for t, f in facts.items() if f.selected])
     rank = {test_id: i + 1 for i, test_id in enumerate(ranked)}
     decisions = []
-    for test_id, (chosen, reasons, units, test, prunable, conditions) in sorted(facts.items()):
+    for test_id, fact in sorted(facts.items()):
         value, seconds = scored[test_id]
         decisions.append(Decision(
-            test_id=test_id, selected=chosen, reasons=tuple(reasons), risk=value,
+            test_id=test_id, selected=fact.selected, reasons=tuple(fact.reasons), risk=value,
             expected_seconds=seconds, rank=rank.get(test_id),
-            dimension=test.dimension if test else settings.default_dimension,
-            new=test is None, prunable=prunable, prune_conditions=conditions))
+            dimension=fact.dimension or settings.default_dimension,
+            new=fact.new, prunable=fact.prunable, prune_conditions=fact.conditions))
     snap = inp.snapshot
     return Selection(base=snap.commit if snap else None, head=inp.head,
                      decisions=tuple(decisions),
