@@ -106,12 +106,12 @@ def _handle(ctx, work: Work, command: Command) -> dict:
               "access to this repository. A maintainer can run it for you.")
         return {"command": command.name, "allowed": False}
     if work.mode == EDITED:
-        reply(f"edits are not commands, so `{command.text[:80]}` did nothing: FastCI reads "
-              "commands in new comments only. Post it as a new comment to run it.")
+        reply(f"edits are not commands, so {markdown.code(command.text[:80])} did nothing: "
+              "FastCI reads commands in new comments only. Post it as a new comment to run it.")
         return {"command": command.name, "allowed": True, "edited": True}
     if command.name in ("help", "unknown"):
         prefix = "" if command.name == "help" else \
-            f"I don't know `{command.text.strip()[:80]}`.\n\n"
+            f"I don't know {markdown.code(command.text.strip()[:80])}.\n\n"
         reply(prefix + HELP)
         return {"command": command.name, "allowed": True}
     pr = github.retrying(lambda: ctx.repo.get_pull(work.number))
@@ -129,7 +129,8 @@ def _handle(ctx, work: Work, command: Command) -> dict:
     elif command.name in ("run-all", "retest") and _unapproved_fork(ctx, work, pr):
         reply(f"this pull request comes from a fork, and its head `{head[:12]}` is not approved "
               "for FastCI's runners, so nothing runs: a maintainer must review it and say "
-              f"`/fastci ok-to-test {head[:12]}` first, then `{command.text[:40]}` again.")
+              f"`/fastci ok-to-test {head[:12]}` first, then {markdown.code(command.text[:40])} "
+              "again.")
         return {"command": command.name, "allowed": True, "ran": False}
     elif command.name == "run-all":
         _rerun(ctx, work, head, base, pr, RUN_ALL)
@@ -160,7 +161,8 @@ def _approved_head(ctx, work: Work, command: Command, pr, comment, reply) -> str
     if command.argument:
         named = command.argument.lower()
         if not SHA_PREFIX.match(named):
-            reply(f"`{command.argument[:60]}` is not a commit sha, so nothing was approved. "
+            reply(f"{markdown.code(command.argument[:60])} is not a commit sha, so nothing "
+                  "was approved. "
                   "Say `/fastci ok-to-test` or `/fastci ok-to-test <sha of the head you "
                   "reviewed>`.")
             return None

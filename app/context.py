@@ -30,13 +30,27 @@ class Context:
     origins: dict = field(default_factory=dict)  # job id -> the queue it was put on
 
     @classmethod
-    def create(cls, work: Work, settings: AppSettings | None = None) -> "Context":
+    def create(cls, work: Work, settings: AppSettings | None = None,
+               redis: Redis | None = None) -> "Context":
+        return cls.offline(settings, redis).online(work)
+
+    @classmethod
+    def offline(cls, settings: AppSettings | None = None, redis: Redis | None = None
+                ) -> "Context":
+        """Settings, Redis and queues, no GitHub yet: what an advance that finds nothing new
+        needs (`online` adds the installation's client)."""
         settings = settings or load()
-        redis = Redis.from_url(settings.redis_url)
-        gi = github.integration(settings)
+        redis = redis or Redis.from_url(settings.redis_url)
+        return cls(settings, redis, Queues(redis, settings.queue_prefix, settings.gpus), None,
+                   None)
+
+    def online(self, work: Work) -> "Context":
+        """This context with the installation's GitHub client and repository."""
+        gi = github.integration(self.settings)
         gh = github.for_installation(gi, work.installation_id)
         repo = github.retrying(lambda: gh.get_repo(work.repo))
-        ctx = cls(settings, redis, Queues(redis, settings.queue_prefix, settings.gpus), gh, repo)
+        ctx = Context(self.settings, self.redis, self.queues, gh, repo, self.requests,
+                      self.origins)
         ctx._gi = gi
         return ctx
 
@@ -50,7 +64,7 @@ class Context:
 def installation_token(ctx: Context, work: Work) -> str | None:
     if ctx.settings.clone_url.startswith(("file://", "/")):
         return None  # a local path (tests, demo) needs no credentials
-    return ctx.token(work.installation_id)
+    return ctx.installation_token(work.installation_id)
 
 
 def superseded(ctx: Context, work: Work, head_sha: str, pr=None) -> bool:

@@ -10,6 +10,7 @@ retries GETs only).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -114,11 +115,17 @@ class CheckRuns:
     """Create and update one repository's check runs.
 
     GitHub appends every annotation it is sent, so a run updated as shards finish would
-    show a failure once per update: each annotation is sent once per run."""
+    show a failure once per update: each annotation is sent once per run. `sent` carries
+    what earlier jobs sent (check run id -> digests of its annotations), as `sent()` gave
+    it: a run is updated by several jobs, one after another."""
 
-    def __init__(self, repo) -> None:
+    def __init__(self, repo, sent: dict | None = None) -> None:
         self.repo = repo
-        self._sent: dict[int, set[str]] = {}
+        self._sent: dict[int, set[str]] = {int(k): set(v) for k, v in (sent or {}).items()}
+
+    def sent(self) -> dict[str, list[str]]:
+        """What was sent, for the next job that updates these runs."""
+        return {str(k): sorted(v) for k, v in self._sent.items()}
 
     def _unsent(self, run_id: int | None, output: CheckRunOutput | None):
         if output is None or not output.annotations:
@@ -126,7 +133,7 @@ class CheckRuns:
         sent = self._sent.setdefault(run_id, set()) if run_id is not None else set()
         fresh = []
         for annotation in output.annotations:
-            key = json.dumps(annotation, sort_keys=True)
+            key = hashlib.sha256(json.dumps(annotation, sort_keys=True).encode()).hexdigest()[:24]
             if key not in sent:
                 sent.add(key)
                 fresh.append(annotation)

@@ -74,11 +74,11 @@ def outcome_of(status: int, message: str) -> str:
 
 
 # -- what other processes count, in Redis -------------------------------------------------------
-JOB_KINDS = ("pull_request", "refresh", "command", "installation", "background", "shard",
+JOB_KINDS = ("pull_request", "refresh", "command", "installation", "advance", "shard",
              "replay", "other")
 BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0)
-WATCHDOG_ACTIONS = ("concluded_stale_run", "redelivery_asked", "redelivery_failed",
-                    "redelivery_gave_up", "gc_ran", "gc_failed")
+WATCHDOG_ACTIONS = ("concluded_stale_run", "nudged_run", "redelivery_asked",
+                    "redelivery_failed", "redelivery_gave_up", "gc_ran", "gc_failed")
 
 
 def _key(prefix: str, *parts: str) -> str:
@@ -90,7 +90,7 @@ def job_kind(func_name: str, args: tuple | list) -> str:
     if func_name.endswith(".handle") and args and isinstance(args[0], dict):
         kind = str(args[0].get("kind", ""))
         return kind if kind in JOB_KINDS else "other"
-    return {"fastci.app.background.follow_background": "background",
+    return {"fastci.app.advance.advance": "advance",
             "fastci.runner.execution.shard.run_shard": "shard",
             "fastci.runner.execution.replays.run_replays": "replay"}.get(func_name, "other")
 

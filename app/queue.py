@@ -1,13 +1,18 @@
 """Putting work on RQ queues: at most once per delivery, the pull request's newest head wins.
 
-Queues: `<prefix>-cpu` (selection, publishing, commands), `<prefix>-gpu-<n>` (one per GPU,
-test shards), `<prefix>-background` (convergence and perf shards, taken by GPU workers only
-when their own queue is empty). A delivery is claimed in Redis before it is enqueued and the
-claim is dropped if enqueueing fails, so a redelivery is never lost and never doubled.
+Queues: `<prefix>-cpu` (selection, commands), `<prefix>-advance` (`advance(run id)`: moving
+a run on when a runner job ends, taken by the selection workers first), `<prefix>-gpu-<n>`
+(one per GPU: test shards and pruning's replays), `<prefix>-background` (convergence and perf
+shards, taken by GPU workers only when their own queue is empty). A delivery is claimed in
+Redis before it is enqueued and the claim is dropped if enqueueing fails, so a redelivery is
+never lost and never doubled.
 
 Every queue, job and worker here speaks JSON (`rq.serializers.JSONSerializer`), never pickle,
 and a job runs only if its function is one of `JOBS`: a job anyone else put on a queue (an
 unknown name, a bound method, a callback or a webhook) is refused and logged, never imported.
+Runners may put one kind of job on one queue: `advance` on `<prefix>-advance`, whose only
+argument is a run id; the selection worker refuses anything else there (`serve.FastCIWorker`)
+and `advance` re-reads everything it acts on from this side's own keys.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import json
 import logging
 import re
 import time
+import uuid
 
 from redis import Redis
 from redis.exceptions import WatchError
@@ -32,10 +38,10 @@ from .events import Work
 log = logging.getLogger("fastci.app")
 
 # The only functions a FastCI worker runs: job name -> (module, attribute).
+ADVANCE = "fastci.app.advance.advance"
 JOBS = {
     "fastci.app.jobs.handle": ("fastci.app.jobs", "handle"),
-    "fastci.app.background.follow_background": ("fastci.app.background",
-                                                "follow_background"),
+    ADVANCE: ("fastci.app.advance", "advance"),
     "fastci.runner.execution.shard.run_shard": ("fastci.runner.execution.shard", "run_shard"),
     "fastci.runner.execution.shard.pause": ("fastci.runner.execution.shard", "pause"),
     "fastci.runner.execution.replays.run_replays": ("fastci.runner.execution.replays",
@@ -43,7 +49,7 @@ JOBS = {
 }
 
 
-QUEUE_SUFFIX = re.compile(r"-(cpu|background|gpu-\d+)$")  # a queue name, less its prefix
+QUEUE_SUFFIX = re.compile(r"-(cpu|advance|background|gpu-\d+)$")  # a queue name, less its prefix
 
 
 class UnknownJob(FastCIError):
@@ -101,12 +107,33 @@ def exists(job_id: str, redis: Redis) -> bool:
 CLAIM_TTL = 60  # seconds a delivery is held while its job is enqueued
 SEEN_TTL = 7 * 24 * 3600  # GitHub keeps deliveries for redelivery about this long
 JOB_TIMEOUT = 6 * 3600
+ADVANCE_TIMEOUT = 3600  # an advance validates, publishes and stores; it never waits
+ADVANCE_KEPT = 3600  # seconds a finished advance job stays in Redis
+
+
+def advance_queue_name(prefix: str) -> str:
+    return f"{prefix}-advance"
+
+
+def advance_job_id(prefix: str) -> str:
+    """Advance jobs' ids share a prefix: the runners' Redis user may create only those."""
+    return f"{prefix}-advance-{uuid.uuid4().hex}"
+
+
+def enqueue_advance(redis: Redis, prefix: str, run: str, why: str) -> str:
+    """Put `advance(run)` on the advance queue (any role may: it only makes the selection
+    side look again); returns the job's id."""
+    job = queue(advance_queue_name(prefix), redis).enqueue(
+        ADVANCE, run, job_id=advance_job_id(prefix), job_timeout=ADVANCE_TIMEOUT,
+        result_ttl=ADVANCE_KEPT, failure_ttl=SEEN_TTL, description=f"advance {run[:12]} ({why})")
+    return job.id
 
 
 class Queues:
     def __init__(self, redis: Redis, prefix: str = "fastci", gpus: int = 1) -> None:
         self.redis, self.prefix, self.gpus = redis, prefix, gpus
         self.cpu = queue(f"{prefix}-cpu", redis)
+        self.advances = queue(advance_queue_name(prefix), redis)
         self.background = queue(f"{prefix}-background", redis)
 
     def gpu(self, index: int) -> Queue:
@@ -172,6 +199,10 @@ class Queues:
                                                                     "scheduled"):
                 job.cancel()
                 cancelled.append(old_id)
+        # Runs of older heads already running: each advance sees the newer head and
+        # cancels its run (what a follower's poll used to notice).
+        for run in sorted(self.redis.smembers(key + ":runs")):
+            enqueue_advance(self.redis, self.prefix, run.decode(), "a newer head")
         return cancelled
 
     HEADS_KEPT = 100

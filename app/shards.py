@@ -1,53 +1,61 @@
-"""Test shards as the App runs them: bundles published for runners, shards enqueued on the
-GPU queues, followed as they finish (a shard whose worker died runs again), and their
-results validated before any use. The runner side is `fastci.runner.execution.shard`."""
+"""Runner jobs as a run uses them: bundles published for runners, shards (and pruning's
+replays) enqueued on the GPU queues for a run, a finished shard's result validated into a
+summary when its run is advanced, a shard whose worker died enqueued again, and the
+recordings validated once more when the run publishes. Nothing here waits for a job: the
+run is advanced when one ends (`run_state`). The runner side is
+`fastci.runner.execution.shard`.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import socket
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from redis.exceptions import RedisError
-from rq.exceptions import InvalidJobOperation
+from rq.exceptions import InvalidJobOperation, NoSuchJobError
 from rq.job import Job
 
+from fastci.runner.analysis.inventory import Inventories
 from fastci.runner.execution import validate
 from fastci.runner.execution.flaky import not_run
 from fastci.runner.execution.flaky import results as test_results
 from fastci.runner.execution.validate import InvalidResult
-from fastci.runner.selection.report import Decision
-from fastci.runner.store import EvidenceStore
+from fastci.runner.git import Repo
+from fastci.runner.selection.report import Decision, TestResult
+from fastci.runner.store import EvidenceStore, SqliteEvidenceStore
 
-from . import artifacts, checks, github, workspace
-from .context import Context, superseded
+from . import artifacts, github, workspace
+from .context import Context, installation_token, superseded
 from .events import Work
 from .queue import SEEN_TTL, fetch, queue
+from .run_state import CANCELLED, TIMED_OUT, Run, RunStore
+from .runs import unwatch
 
 log = logging.getLogger("fastci.app")
-
-
-POLL = 0.5
 
 
 SHARD_TIMEOUT = 6 * 3600
 
 
-REDIS_OUTAGE_LIMIT = 600
-
-
 MAX_SHARD_RUNS = 3
+
+
+FUNCTIONS = {"shard": "fastci.runner.execution.shard.run_shard",
+             "replay": "fastci.runner.execution.replays.run_replays"}
+ENDED = ("finished", "failed", "stopped", "canceled")
 
 
 @dataclass
 class Check:
     """What shards' results are validated against, all from the trusted side's git objects;
-    the reasons of any rejected."""
+    the reasons of any rejected, and the captures that passed (for the store)."""
 
     sha: str
     head_tree: dict
@@ -72,119 +80,85 @@ def publish_bundle(ctx: Context, mirror: Path, sha: str) -> tuple[Path, str]:
         raise
 
 
-def enqueue_shards(ctx: Context, shards: list[list[Decision]], request: dict,
-                    background: bool = False) -> list[str]:
+def enqueue(ctx: Context, run: Run, function: str, request: dict, target_name: str, *,
+            timeout: int = SHARD_TIMEOUT, description: str = "", runs: int = 1,
+            replaces: str | None = None, kept: dict | None = None) -> str:
+    """Put one runner job of `run` on a GPU queue and note it in the run (what it was sent,
+    less the parts kept once for the run: `kept`, e.g. every test id the plan knows). Its
+    worker enqueues `advance(run)` once RQ has stored how it ended (`serve.FastCIWorker`)."""
+    job_id = (f"{ctx.queues.prefix}-shard-replay-{uuid.uuid4().hex}" if function == "replay"
+              else shard_id(ctx))
+    parent = _current_job()
+    queue(target_name, ctx.redis).enqueue(
+        FUNCTIONS[function], {**request, **(kept or {})}, job_id=job_id, job_timeout=timeout,
+        result_ttl=SEEN_TTL, failure_ttl=SEEN_TTL, description=description,
+        meta={"run": run.id, "shard_runs": runs, "replaces": replaces, "parent": parent})
+    run.jobs[job_id] = {"function": function, "queue": target_name, "request": request,
+                        "with_kept": sorted(kept or {}), "timeout": timeout, "runs": runs,
+                        "description": description, "done": False, "replaced_by": None,
+                        "enqueued": time.time()}
+    return job_id
+
+
+def enqueue_shards(ctx: Context, run: Run, shards: list[list[Decision]], request: dict,
+                   kept: dict, background: bool = False) -> list[str]:
     ids = []
     for i, shard in enumerate(shards):
         target = ctx.queues.background if background else ctx.queues.gpu(i % ctx.settings.gpus)
-        shard_request = {**request, "tests": [d.test_id for d in shard]}
-        job = target.enqueue("fastci.runner.execution.shard.run_shard", shard_request,
-                             job_id=shard_id(ctx), job_timeout=SHARD_TIMEOUT,
-                             result_ttl=SEEN_TTL, failure_ttl=SEEN_TTL,
-                             description=f"shard {i + 1}/{len(shards)} of {request['sha'][:12]}")
-        ctx.requests[job.id], ctx.origins[job.id] = shard_request, target.name
-        ids.append(job.id)
+        ids.append(enqueue(ctx, run, "shard", {**request, "tests": [d.test_id for d in shard]},
+                           target.name, kept=kept,
+                           description=f"shard {i + 1}/{len(shards)} of {request['sha'][:12]}"))
     return ids
 
 
-def follow(ctx: Context, work: Work, head_sha: str, ids: list[str], runs, run,
-            blocking: bool = True, check: Check | None = None):
-    """Wait for the shards, publishing as each finishes; None if a newer head came. A shard
-    whose worker died is run again (at most MAX_SHARD_RUNS times in all)."""
-    pending, results, recordings, collected = list(ids), [], [], []
-    total = len(ids)
-    outage_since = None
-    while pending:
-        try:
-            pending = _poll(ctx, work, head_sha, pending, total, runs, run, blocking,
-                            results, recordings, collected, check)
-            outage_since = None
-        except RedisError as exc:  # Redis restarting: wait for it, the shards keep running
-            outage_since = outage_since or time.monotonic()
-            if time.monotonic() - outage_since > REDIS_OUTAGE_LIMIT:
-                raise
-            log.warning("Redis unavailable while following shards (%s); waiting", exc)
-            time.sleep(1.0)
-            continue
-        if pending is None:
-            return None, None, None
-    return results, recordings, collected
+def status(ctx: Context, job_id: str) -> str:
+    """A runner job's status as RQ keeps it ("gone" once it expired or was removed)."""
+    try:
+        state = fetch(job_id, ctx.redis).get_status(refresh=True)
+    except NoSuchJobError:
+        return "gone"
+    return getattr(state, "value", state) or "gone"  # RQ's JobStatus is a str enum
 
 
-def _poll(ctx: Context, work: Work, head_sha: str, pending: list[str], total: int, runs, run,
-          blocking: bool, results, recordings, collected, check: Check | None
-          ) -> list[str] | None:
-    """One look at the pending shards; the ones still pending (None: superseded)."""
-    for job_id in list(pending):
-        again = _rerun_if_orphaned(ctx, job_id)
-        if again is not None:
-            pending[pending.index(job_id)] = again
-    if superseded(ctx, work, head_sha):
-        for job_id in pending:
-            fetch(job_id, ctx.redis).cancel()
-        runs.update(run, conclusion="cancelled", output=github.CheckRunOutput(
-            "Superseded by a newer push", "A newer commit was pushed to this pull "
-            "request; its run replaces this one."))
-        return None
-    finished = []
-    for job_id in pending:
+def rerun_if_orphaned(ctx: Context, run: Run, job_id: str, kept: dict) -> str | None:
+    """A new job id if `job_id`'s worker died while running it: the job is enqueued again,
+    on the same queue, for any worker listening there (at most MAX_SHARD_RUNS runs in all),
+    and the orphan cancelled, so a late result does not count twice. Else None."""
+    try:
         job = fetch(job_id, ctx.redis)
-        status = job.get_status(refresh=True)
-        if status == "finished":
-            finished.append(job_id)
-            _collect(job.return_value(), ctx.requests[job_id], results, recordings,
-                     collected, blocking, check)
-        elif status in ("failed", "stopped", "canceled"):
-            finished.append(job_id)
-            tests = ctx.requests[job_id]["tests"]
-            results += not_run(tests, f"the shard running it {status}: {job_error(job)}",
-                               when="shard", blocking=blocking)
-    if finished:
-        pending = [j for j in pending if j not in finished]
-        runs.update(run, output=checks.regressions_output(
-            results, shards=total, shards_done=total - len(pending),
-            done=not pending, blocking=blocking))
-    else:
-        time.sleep(POLL)
-    return pending
-
-
-def _rerun_if_orphaned(ctx: Context, job_id: str) -> str | None:
-    """A new job id if `job_id`'s worker died while running it (the shard is enqueued again,
-    on the same queue, for any worker listening there), else None."""
-    job = fetch(job_id, ctx.redis)
-    status = job.get_status(refresh=True)
-    abandoned = status == "failed" and "abandoned" in (job_error(job) or "").lower()
-    if status != "started" and not abandoned:
+    except NoSuchJobError:
         return None
-    if status == "started" and _worker_alive(ctx, job):
+    state = job.get_status(refresh=True)
+    abandoned = state == "failed" and "abandoned" in (job_error(job) or "").lower()
+    if state != "started" and not abandoned:
         return None
-    runs_so_far = job.meta.get("shard_runs", 1)
-    if runs_so_far >= MAX_SHARD_RUNS:
+    if state == "started" and worker_alive(ctx, job):
         return None
-    log.warning("shard %s lost its worker; running it again (%d)", job_id, runs_so_far + 1)
-    request, origin = ctx.requests[job_id], ctx.origins[job_id]
-    again = queue(origin, ctx.redis).enqueue(
-        "fastci.runner.execution.shard.run_shard", request, job_id=shard_id(ctx),
-        job_timeout=SHARD_TIMEOUT, result_ttl=SEEN_TTL, failure_ttl=SEEN_TTL,
-        meta={"shard_runs": runs_so_far + 1, "replaces": job_id},
-        description=f"shard of {request['sha'][:12]} (run again)")
-    ctx.requests[again.id], ctx.origins[again.id] = request, origin
+    info = run.jobs[job_id]
+    if info["runs"] >= MAX_SHARD_RUNS:
+        return None
+    log.warning("runner job %s lost its worker; running it again (%d)", job_id,
+                info["runs"] + 1)
+    again = enqueue(ctx, run, info["function"], info["request"], info["queue"],
+                    timeout=info["timeout"], runs=info["runs"] + 1, replaces=job_id,
+                    kept={k: kept[k] for k in info["with_kept"] if k in kept},
+                    description=f"{info['description']} (run again)")
+    info["replaced_by"] = again
     try:
         job.cancel()
     except InvalidJobOperation as exc:  # it finished meanwhile: its result is not awaited
-        log.info("orphaned shard %s could not be cancelled: %s", job_id, exc)
-    return again.id
+        log.info("orphaned job %s could not be cancelled: %s", job_id, exc)
+    return again
 
 
-def _worker_alive(ctx: Context, job: Job) -> bool:
+def worker_alive(ctx: Context, job: Job) -> bool:
     host, pid = job.meta.get("host"), job.meta.get("pid")
     if host == socket.gethostname() and pid:
         try:
             os.kill(int(pid), 0)
         except ProcessLookupError:
             return False
-        except PermissionError:
+        except (PermissionError, ValueError, OverflowError):
             return True
         return True
     if job.worker_name:  # another machine: its worker's key expires when it stops beating
@@ -197,35 +171,89 @@ def job_error(job: Job) -> str:
     return info.strip().splitlines()[-1][:300]
 
 
-def _collect(shard, request: dict, results, recordings, collected, blocking: bool,
-             check: Check) -> None:
-    """A finished shard's result, validated (`fastci.runner.execution.validate`) before
-    any use: one that fails is reported, its tests count as not run, and nothing of it is
-    stored."""
-    tests = request["tests"]
+def cancel_pending(ctx: Context, run: Run) -> None:
+    """Cancel the run's runner jobs still awaited (a running one finishes unheard)."""
+    for job_id in run.pending():
+        try:
+            fetch(job_id, ctx.redis).cancel()
+        except (NoSuchJobError, InvalidJobOperation) as exc:
+            log.info("runner job %s not cancelled: %s", job_id, exc)
+        run.jobs[job_id]["done"] = True
+
+
+def result_digest(raw) -> str:
+    """What a result was when it was checked: its publish re-reads it and must find it so."""
+    return hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def summarize(ctx: Context, job_id: str, state: str, tests: list[str], check: Check,
+              budget, blocking: bool) -> dict:
+    """A runner job that ended, as the run keeps it: its results (validated before any use:
+    one that fails is reported, its tests count as not run), and the digest of what it
+    returned (`recorded` says whether it holds a recording to store)."""
+    if state != "finished":
+        job = fetch(job_id, ctx.redis) if state != "gone" else None
+        why = job_error(job) if job is not None else "its job is gone from Redis"
+        return _summary(not_run(tests, f"the shard running it {state}: {why}", when="shard",
+                                blocking=blocking))
+    raw = fetch(job_id, ctx.redis).return_value()
     try:
-        recording, failures, ran, flaky, firsts = validate.shard(
-            shard, head_tree=check.head_tree, inventories=check.inventories,
-            planned=set(tests), sha=check.sha,
-            capture_budget_mb=request.get("capture_budget_mb"))
+        recording, failures, _, flaky, firsts = validate.shard(
+            raw, head_tree=check.head_tree, inventories=check.inventories,
+            planned=set(tests), sha=check.sha, capture_budget_mb=budget)
         if recording is not None:
-            check.captures.update(validate.captures(shard, recording,
-                                                    request.get("capture_budget_mb")))
+            validate.captures(raw, recording, budget)
     except InvalidResult as exc:
         log.warning("rejected a shard's result for %s: %s", check.sha[:12], exc)
-        check.rejected.append(str(exc))
-        results += not_run(tests, f"the shard's result was rejected: {exc}", when="shard",
-                           blocking=blocking)
-        return
+        return _summary(not_run(tests, f"the shard's result was rejected: {exc}", when="shard",
+                                blocking=blocking), rejected=str(exc))
     if recording is None:
-        tail = shard.get("output_tail") if isinstance(shard.get("output_tail"), str) else ""
-        results += not_run(tests, f"pytest exited {str(shard.get('exit_code'))[:20]} before "
-                                  f"recording: {tail[-300:]}", when="shard", blocking=blocking)
-        return
-    recordings.append(recording)
-    collected += ran
-    results += test_results(recording, failures, {t: firsts.get(t) for t in flaky},
-                            blocking=blocking)
+        tail = raw.get("output_tail") if isinstance(raw.get("output_tail"), str) else ""
+        return _summary(not_run(tests, f"pytest exited {str(raw.get('exit_code'))[:20]} before "
+                                       f"recording: {tail[-300:]}", when="shard",
+                                blocking=blocking))
+    return _summary(test_results(recording, failures, {t: firsts.get(t) for t in flaky},
+                                 blocking=blocking), digest=result_digest(raw))
+
+
+def _summary(results: list[TestResult], rejected: str | None = None,
+             digest: str | None = None) -> dict:
+    return {"results": [asdict(r) for r in results], "rejected": rejected,
+            "digest": digest, "at": time.time()}
+
+
+def results_of(summaries) -> list[TestResult]:
+    return [TestResult(**r) for s in summaries for r in s["results"]]
+
+
+def run_results(store: RunStore, run: Run) -> list[TestResult]:
+    """The results of the run's jobs that ended so far, in the order they were enqueued."""
+    summaries = store.results(run.id, run.current())
+    return results_of(summaries[j] for j in run.current() if j in summaries)
+
+
+def recorded(ctx: Context, job_id: str, tests: list[str], check: Check, budget,
+             digest: str) -> tuple[object, list[str]] | None:
+    """A shard's recording, read again and validated again when the run stores it (what it
+    collected; its captures go to `check.captures`); None, with the reason in
+    `check.rejected`, if it changed since it was first checked."""
+    try:
+        raw = fetch(job_id, ctx.redis).return_value()
+    except NoSuchJobError:
+        raw = None
+    if raw is None or result_digest(raw) != digest:
+        check.rejected.append(f"the result of {job_id} changed after it was checked")
+        return None
+    try:
+        recording, _, collected, _, _ = validate.shard(
+            raw, head_tree=check.head_tree, inventories=check.inventories,
+            planned=set(tests), sha=check.sha, capture_budget_mb=budget)
+        if recording is not None:
+            check.captures.update(validate.captures(raw, recording, budget))
+    except InvalidResult as exc:
+        check.rejected.append(str(exc))
+        return None
+    return (recording, collected) if recording is not None else None
 
 
 def save_captures(store: EvidenceStore, captures: dict[str, bytes]) -> None:
@@ -240,19 +268,111 @@ def save_captures(store: EvidenceStore, captures: dict[str, bytes]) -> None:
         store.save_captures(files)
 
 
-def wait_for(ctx: Context, job_id: str, limit: float = SHARD_TIMEOUT) -> tuple[str, str]:
-    """A job's final status and id (a new one where it ran again), waiting out Redis
-    restarts and re-running it if orphaned."""
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        try:
-            again = _rerun_if_orphaned(ctx, job_id)
-            job_id = again or job_id
-            status = fetch(job_id, ctx.redis).get_status(refresh=True)
-        except RedisError:
-            time.sleep(1.0)
+def _current_job() -> str | None:
+    """The id of the job this code runs in, if any (noted on the jobs it enqueues)."""
+    from rq import get_current_job  # noqa: PLC0415
+
+    job = get_current_job()
+    return job.id if job is not None else None
+
+
+
+# -- advancing a run's runner jobs -----------------------------------------------------------
+def collect_ended(ctx: Context, store: RunStore, run: Run, blocking: bool = True) -> list[str]:
+    """Run again the run's runner jobs whose worker died, and validate the results of those
+    that ended since it was last advanced (each kept in Redis as a summary); the jobs that
+    changed (empty: nothing new, and nothing was read from git or GitHub)."""
+    kept = store.request(run.id)
+    changed = []
+    for job_id in run.pending():
+        if rerun_if_orphaned(ctx, run, job_id, kept) is not None:
+            changed.append(job_id)
+    ended = {j: s for j in run.pending() if (s := status(ctx, j)) in (*ENDED, "gone")}
+    if not ended:
+        return changed
+    with checked(ctx, run, blocking) as check:
+        for job_id, state in ended.items():
+            tests = run.jobs[job_id]["request"].get("tests", [])
+            store.put_result(run.id, job_id, summarize(
+                ctx, job_id, state, tests, check, run.data.get("capture_budget_mb"),
+                blocking))
+            run.jobs[job_id]["done"] = True
+    return [*changed, *ended]
+
+
+class checked:
+    """What a run's shard results are checked against, from git's objects in the mirror:
+    the head's tree and (for the blocking dimensions) its inventories, parsed into a
+    scratch store that is gone afterwards."""
+
+    def __init__(self, ctx: Context, run: Run, blocking: bool = True) -> None:
+        self.ctx, self.run, self.blocking = ctx, run, blocking
+        self.scratch: tempfile.TemporaryDirectory | None = None
+        self.store: SqliteEvidenceStore | None = None
+
+    def __enter__(self) -> Check:
+        work = Work.from_json(self.run.work)
+        mirror = workspace.ensure(self.ctx.settings.workspace, work.repo,
+                                  self.ctx.settings.clone_url.format(repo=work.repo),
+                                  [self.run.head], number=work.number,
+                                  token=lambda: installation_token(self.ctx.online(work), work))
+        head_tree = workspace.tree(mirror, self.run.head)
+        if not self.blocking:  # as the background dimensions were always checked
+            return Check(self.run.head, head_tree, {})
+        self.scratch = tempfile.TemporaryDirectory(prefix="fastci-check-")
+        self.store = SqliteEvidenceStore(Path(self.scratch.name) / "inventories.db")
+        return Check(self.run.head, head_tree, Inventories(Repo(mirror), self.run.head,
+                                                           head_tree, self.store))
+
+    def __exit__(self, *exc) -> None:
+        if self.store is not None:
+            self.store.close()
+        if self.scratch is not None:
+            self.scratch.cleanup()
+
+
+def end_if_over(ctx: Context, store: RunStore, run: Run) -> dict | None:
+    """End the run if a newer head superseded it or its deadline passed (saved); its
+    outcome then, else None."""
+    work = Work.from_json(run.work)
+    newer = superseded(ctx, work, run.head)
+    if not newer and time.time() <= run.deadline:
+        return None
+    online = ctx.online(work)
+    end(online, run, github.CheckRuns(online.repo, run.data.get("sent")),
+        CANCELLED if newer else TIMED_OUT)
+    store.save(run)
+    return run.outcome
+
+
+def end(ctx: Context, run: Run, runs, state: str) -> None:
+    """End a run that will not publish: a newer head superseded it, or its deadline passed.
+    Its runner jobs still queued are cancelled; its open check runs say why. `ctx` is
+    online (GitHub)."""
+    cancel_pending(ctx, run)
+    if state == CANCELLED:
+        output = github.CheckRunOutput("Superseded by a newer push", "A newer commit was "
+                                       "pushed to this pull request; its run replaces this one.")
+    else:
+        output = github.CheckRunOutput("Timed out", "FastCI did not hear back from every "
+                                       "runner job before the run's deadline. Nothing is "
+                                       "assumed to have passed: comment `/fastci retest`.")
+    conclusion = "cancelled" if state == CANCELLED else "timed_out"
+    for name in ("selection_run", "regressions_run", "check_run"):
+        if run.data.get(name) is None:
             continue
-        if status in ("finished", "failed", "stopped", "canceled"):
-            return status, job_id
-        time.sleep(POLL)
-    return "timed out", job_id
+        check_run = github.retrying(lambda n=name: ctx.repo.get_check_run(run.data[n]))
+        if check_run.status != "completed":
+            runs.update(check_run, conclusion=conclusion, output=output)
+        unwatch(ctx, check_run)
+    run.data["sent"] = runs.sent()
+    discard_artifacts(ctx, run)
+    run.state = state
+    run.outcome = {"status": "superseded" if state == CANCELLED else "timed out",
+                   "head": run.head}
+
+
+def discard_artifacts(ctx: Context, run: Run) -> None:
+    """The run's bundle and replay pack: their links outlive no run."""
+    artifacts.discard(ctx.settings, run.data.get("bundle"))
+    artifacts.discard(ctx.settings, (run.data.get("replay") or {}).get("pack"))

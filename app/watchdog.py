@@ -1,16 +1,19 @@
 """The watchdog: no check run stays "in progress" forever, no delivery is lost to an outage.
 
-Each cycle it (1) concludes every FastCI check run still open past its deadline (jobs list
-the runs they open, with a deadline, in Redis) as timed out, saying why and what to do; and
-(2) asks GitHub to redeliver the webhook deliveries that failed (whatever the answer: a 5xx
-while Redis was down, a 401 while the webhook secret rotated, a timeout) and never reached
-the queue, through the App's hook deliveries API, over all its pages, a few times each with
-backoff, recording the ones it gives up on; and (3) once per FASTCI_GC_INTERVAL_HOURS, runs
-retention (`fastci gc`) on the App's evidence store, with the branches of every mirror in
-the workspace, so it must run where the selection worker's workspace is. The time of the
-last gc is a key in Redis, set only if absent and expiring after the interval, so several
-watchdogs run it once between them. Run it as `fastci watchdog` (one per deployment, or
-more: they share the work).
+Each cycle it (0) nudges every run in flight (`run_state`): it enqueues `advance(run)`, at
+most once per cycle per run, which is how a run notices what no job's end tells it (a
+runner worker that died mid-shard, whose shard then runs again; a trigger lost to a Redis
+outage; a deadline passed); (1) concludes every FastCI check run still open past its
+deadline (jobs list the runs they open, with a deadline, in Redis) as timed out, saying why
+and what to do; (2) asks GitHub to redeliver the webhook deliveries that failed (whatever
+the answer: a 5xx while Redis was down, a 401 while the webhook secret rotated, a timeout)
+and never reached the queue, through the App's hook deliveries API, over all its pages, a
+few times each with backoff, recording the ones it gives up on; and (3) once per
+FASTCI_GC_INTERVAL_HOURS, runs retention (`fastci gc`) on the App's evidence store, with
+the branches of every mirror in the workspace, so it must run where the selection worker's
+workspace is. The time of the last gc is a key in Redis, set only if absent and expiring
+after the interval, so several watchdogs run it once between them. Run it as `fastci
+watchdog` (one per deployment, or more: they share the work).
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from fastci.runner.store import open_store
 from fastci.runner.store.retention import Retention, branch_histories
 
 from . import artifacts, github, metrics, schema
-from .queue import Queues
+from .queue import Queues, enqueue_advance
+from .run_state import RunStore
 from .settings import AppSettings, load
 
 log = logging.getLogger("fastci.app")
@@ -35,6 +39,19 @@ REDELIVERY_WINDOW = 3 * 24 * 3600  # GitHub keeps deliveries for redelivery abou
 TIMED_OUT = ("FastCI stopped hearing from this run before its deadline (a worker or the "
              "queue was lost). Nothing is assumed to have passed: comment `/fastci retest` or "
              "press Re-run to run it again.")
+
+
+def nudge_runs(settings: AppSettings, redis: Redis, every: float = 30.0) -> list[str]:
+    """Enqueue `advance` for each run in flight not nudged within `every` seconds; their
+    ids. An advance that finds nothing new costs a few Redis reads."""
+    store = RunStore(redis, settings.queue_prefix)
+    nudged = []
+    for run in store.in_flight():
+        if redis.set(store.key(run, "nudged"), 1, nx=True, ex=max(1, int(every))):
+            enqueue_advance(redis, settings.queue_prefix, run, "watchdog")
+            nudged.append(run)
+    metrics.count_watchdog(redis, settings.queue_prefix, "nudged_run", len(nudged))
+    return nudged
 
 
 def conclude_stale_runs(settings: AppSettings, redis: Redis, gi=None, now: float | None = None
@@ -224,6 +241,10 @@ def run(interval: float = 30.0, once: bool = False, settings: AppSettings | None
     redis = Redis.from_url(settings.redis_url)
     gi = github.integration(settings)
     while True:
+        try:
+            nudge_runs(settings, redis, every=interval)
+        except Exception as exc:  # noqa: BLE001 - the watchdog outlives outages
+            log.warning("watchdog could not nudge runs: %s: %s", type(exc).__name__, exc)
         try:
             conclude_stale_runs(settings, redis, gi)
             redeliver_failed(settings, redis, gi)

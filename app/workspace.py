@@ -42,8 +42,15 @@ def sync(workspace: Path, repo: str, url: str, shas: list[str], number: int | No
     """The mirror, with every sha in `shas` present (fetching the PR's head ref if needed)."""
     mirror = mirror_path(workspace, repo)
     if not (mirror / "HEAD").exists():
+        # Made aside and renamed into place: two selection workers making it at once (each
+        # the first job of the repository) both end with the one mirror.
         mirror.parent.mkdir(parents=True, exist_ok=True)
-        _git(None, "init", "-q", "--bare", str(mirror))
+        fresh = mirror.parent / f".{mirror.name}-{uuid.uuid4().hex}"
+        _git(None, "init", "-q", "--bare", str(fresh))
+        try:
+            os.rename(fresh, mirror)
+        except OSError:  # another job's is there now
+            shutil.rmtree(fresh, ignore_errors=True)
     refspecs = ["+refs/heads/*:refs/heads/*"]
     if number is not None:
         refspecs.append(f"+refs/pull/{number}/head:refs/pull/{number}/head")
@@ -54,6 +61,19 @@ def sync(workspace: Path, repo: str, url: str, shas: list[str], number: int | No
         if _git(mirror, "cat-file", "-t", END, sha, check=False).strip() != "commit":
             raise GitError(f"commit {sha[:12]} of {repo} could not be fetched")
     return mirror
+
+
+def ensure(workspace: Path, repo: str, url: str, shas: list[str], number: int | None = None,
+           token=None) -> Path:
+    """The mirror with every sha in `shas`, fetching (`sync`) only when one is missing, as
+    on a selection host that has not seen the run before; `token`: a callable giving the
+    installation token, asked only then."""
+    mirror = mirror_path(workspace, repo)
+    if (mirror / "HEAD").exists() and all(
+            _git(mirror, "cat-file", "-t", END, sha, check=False).strip() == "commit"
+            for sha in shas):
+        return mirror
+    return sync(workspace, repo, url, shas, number=number, token=token() if token else None)
 
 
 @contextmanager

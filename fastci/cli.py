@@ -340,7 +340,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("worker", help="an RQ worker: selection (--cpu) or one GPU's tests",
                        description="Run jobs from Redis without forking per job. --gpu N pins "
                                    "CUDA_VISIBLE_DEVICES=N and takes that GPU's shards, then "
-                                   "background shards; --cpu takes selection and publishing.")
+                                   "background shards; --cpu takes the advances of runs in "
+                                   "flight (a shard ended), then selection.")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--gpu", type=int, default=None, metavar="N")
     where.add_argument("--cpu", action="store_true")

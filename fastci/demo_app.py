@@ -51,7 +51,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _key_pair() -> tuple[str, str]:
+def key_pair() -> tuple[str, str]:
+    """A fresh RSA key pair for a local App: (private PEM, public PEM)."""
     from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
     from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: PLC0415
 
@@ -92,7 +93,7 @@ class AppLoop:
         self._make_remote(changes[self.change].patch)
         from fastci.testing.fakegithub import FakeGitHub  # noqa: PLC0415
 
-        private, public = _key_pair()
+        private, public = key_pair()
         key_file = self.workdir / "app-key.pem"
         key_file.write_text(private)
         key_file.chmod(0o600)

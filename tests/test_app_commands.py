@@ -178,6 +178,14 @@ def test_help_unknown_and_refusals(world):
     jobs.handle(work.to_json(), "h2")
     assert "I don't know `/fastci deploy everything`" in replies(fake)[-1]
     assert "/fastci explain" in replies(fake)[-1]
+    # What a writer typed comes back as inline code that holds exactly it, backticks too.
+    work, _ = command(fake, "/fastci deploy `now` ``or never``", "writer")
+    jobs.handle(work.to_json(), "h2b")
+    from markdown_it import MarkdownIt
+
+    spans = [c.content for t in MarkdownIt("commonmark").parse(replies(fake)[-1])
+             if t.type == "inline" for c in t.children if c.type == "code_inline"]
+    assert spans[0] == "/fastci deploy `now` ``or never``"
     work, _ = command(fake, "/fastci run all", "reader")
     assert jobs.handle(work.to_json(), "h3")["allowed"] is False
     assert "write access" in replies(fake)[-1]

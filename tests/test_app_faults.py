@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 
@@ -21,8 +20,10 @@ from fastci.app import jobs, watchdog
 from fastci.app.context import Context
 from fastci.app.events import Work
 from fastci.app.queue import Queues
+from fastci.app.run_state import RunStore
 from fastci.app.runs import watch
 from fastci.app.settings import load
+from fastci.testing.runs import finish, run_job
 
 REPO, INSTALLATION, APP_ID, NUMBER = "octo/slow", 52, 6262, 9
 FILES = {
@@ -107,7 +108,11 @@ def test_a_redelivered_or_retried_job_makes_one_set_of_check_runs(world):
     fake, client, prefix, base, head, workers = world
     workers.start()
     work = pull(head, base)
-    first = jobs.handle(work.to_json(), "delivery-1")
+    started = jobs.handle(work.to_json(), "delivery-1")
+    assert started["status"] == "running"  # the job returned; the run goes on without it
+    during = jobs.handle(work.to_json(), "delivery-1")  # a redelivery while it runs
+    assert during["status"] == "in flight" and during["run"] == started["run"]
+    first = finish(started)
     again = jobs.handle(work.to_json(), "delivery-1")  # RQ retry, or a redelivery
     assert first["status"] == "completed" and first["failed"] == 0
     assert again["status"] == "already completed"
@@ -116,29 +121,104 @@ def test_a_redelivered_or_retried_job_makes_one_set_of_check_runs(world):
     assert runs["FastCI regressions"][0]["conclusion"] == "success"
 
 
+def test_one_selection_worker_has_several_pull_requests_in_flight(world):
+    """The selection job enqueues its shards and returns: while the first pull request's
+    shard still runs, the same worker has selected and sharded a second one. Each run ends
+    by itself, advanced as its shard ends."""
+    fake, client, prefix, base, head, workers = world
+    fake.add_pull(REPO, NUMBER + 1, head_sha=head, base_sha=base)
+    workers.start({"SLOW": "8", "FASTCI_SANDBOX_ENV": "SLOW"})  # a shard takes 16 s
+    first = jobs.handle(pull(head, base).to_json(), "delivery-first")
+    second = jobs.handle({**pull(head, base).to_json(), "number": NUMBER + 1},
+                         "delivery-second")
+    assert first["status"] == second["status"] == "running", (first, second)
+    from fastci.app.queue import fetch
+    from fastci.app.run_state import RunStore
+
+    store = RunStore(client, prefix)
+    [shard] = store.load(first["run"]).jobs
+    assert fetch(shard, client).get_status(refresh=True) in ("queued", "started")
+    assert set(store.in_flight()) == {first["run"], second["run"]}
+    for started in (first, second):
+        outcome = finish(started, timeout=180)
+        assert outcome["status"] == "completed" and outcome["failed"] == 0
+    assert [r["conclusion"] for r in runs_by_name(fake)["FastCI regressions"]] == \
+        ["success", "success"]
+
+
+def test_a_newer_head_cancels_the_older_heads_run_while_its_shard_runs(world, tmp_path):
+    """What a follower's poll used to notice: the webhook's newer push nudges the older
+    head's run, whose advance cancels it at once, without waiting for its shard."""
+    fake, client, prefix, base, head, workers = world
+    from conftest import Project
+
+    from fastci.app.queue import fetch
+
+    remote = Project.at(tmp_path / "remote" / REPO)
+    remote.edit("pkg/calc.py", "return b + a", "return (b + a)")
+    newer = remote.commit("a newer push")
+    workers.start({"SLOW": "8", "FASTCI_SANDBOX_ENV": "SLOW"})
+    queues = Queues(client, prefix)
+    old = Work(**{**pull(head, base).to_json(), "updated_at": "2024-01-02T10:00:00Z"})
+    started = jobs.handle(*queues.enqueue(old, "delivery-old").args)  # as the webhook would
+    assert started["status"] == "running"
+    [shard] = RunStore(client, prefix).load(started["run"]).jobs
+    fake.push(REPO, NUMBER, newer)
+    queues.enqueue(Work(**{**old.to_json(), "head_sha": newer,
+                           "updated_at": "2024-01-02T10:05:00Z"}), "delivery-new")
+    outcome = finish(started, timeout=60)
+    assert outcome["status"] == "superseded"
+    assert fetch(shard, client).get_status(refresh=True) != "finished"  # it did not wait
+    [regressions] = [r for r in runs_by_name(fake)["FastCI regressions"]
+                     if r["head_sha"] == head]
+    assert regressions["conclusion"] == "cancelled"
+    assert "Superseded" in regressions["output"]["title"]
+
+
+def test_a_run_whose_shard_never_comes_back_ends_at_its_deadline(world):
+    """No runner takes the shard: the watchdog's nudge finds the run past its deadline, which
+    cancels the shard and concludes its check run as timed out (nothing assumed passed)."""
+    fake, client, prefix, base, head, workers = world
+    from fastci.app.queue import fetch
+
+    started = jobs.handle(pull(head, base).to_json(), "delivery-lost")
+    store = RunStore(client, prefix)
+    run = store.load(started["run"])
+    [shard] = run.jobs
+    run.deadline = time.time() - 1  # as if its 8 hours had passed
+    store.save(run)
+    outcome = finish(started, timeout=60,
+                     on_poll=lambda: watchdog.nudge_runs(load(), client, every=1))
+    assert outcome["status"] == "timed out"
+    assert fetch(shard, client).get_status(refresh=True) == "canceled"
+    [regressions] = runs_by_name(fake)["FastCI regressions"]
+    assert regressions["conclusion"] == "timed_out" and "/fastci retest" in \
+        regressions["output"]["summary"]
+    assert store.in_flight() == []
+
+
 def test_a_worker_killed_mid_shard_has_its_shard_run_elsewhere(world):
     fake, client, prefix, base, head, workers = world
     # its tests would take a minute (SLOW reaches them only because the runner allows it)
     doomed = workers.start({"SLOW": "30", "FASTCI_SANDBOX_ENV": "SLOW"})
-    outcome = {}
-    thread = threading.Thread(target=lambda: outcome.update(
-        jobs.handle(pull(head, base).to_json(), "delivery-kill")))
-    thread.start()
+    started = jobs.handle(pull(head, base).to_json(), "delivery-kill")
+    assert started["status"] == "running"
     from rq.registry import StartedJobRegistry
 
     from fastci.app.queue import queue
 
     deadline = time.time() + 60
-    started = StartedJobRegistry(f"{prefix}-gpu-0", connection=client)
-    while not started.get_job_ids() and time.time() < deadline:
+    shards = StartedJobRegistry(f"{prefix}-gpu-0", connection=client)
+    while not shards.get_job_ids() and time.time() < deadline:
         time.sleep(0.2)
-    assert started.get_job_ids(), "the shard never started"
+    assert shards.get_job_ids(), "the shard never started"
     time.sleep(1.0)
-    os.killpg(doomed.pid, signal.SIGKILL)  # the runner dies mid-shard
+    os.killpg(doomed.pid, signal.SIGKILL)  # the runner dies mid-shard: no job's end says so
     doomed.wait()
     workers.start()  # a healthy runner joins
-    thread.join(timeout=180)
-    assert not thread.is_alive()
+    # The watchdog's nudge is what notices: the shard runs again on the healthy runner.
+    outcome = finish(started, timeout=180,
+                     on_poll=lambda: watchdog.nudge_runs(load(), client, every=1))
     assert outcome["status"] == "completed" and outcome["failed"] == 0
     [regressions] = runs_by_name(fake)["FastCI regressions"]
     assert regressions["conclusion"] == "success"
@@ -153,7 +233,7 @@ def test_github_500s_and_rate_limits_are_retried_to_a_complete_run(world):
     fake.fail_next(2, status=500, method="PATCH", path="check-runs")
     fake.rate_limit_next(1, kind="secondary", method="PATCH", path="check-runs",
                          retry_after=1)
-    result = jobs.handle(pull(head, base).to_json(), "delivery-faults")
+    result = run_job(pull(head, base).to_json(), "delivery-faults")
     assert result["status"] == "completed"
     runs = runs_by_name(fake)
     assert len(runs["FastCI selection"]) == 1 and len(runs["FastCI regressions"]) == 1
@@ -195,7 +275,7 @@ def test_shards_spread_over_several_runners(world, monkeypatch):
             [sys.executable, "-m", "fastci", "worker", "--gpu", str(gpu)],
             env={**workers.env, "FASTCI_GPUS": "3"}, stdout=subprocess.DEVNULL,
             stderr=subprocess.STDOUT, start_new_session=True))
-    result = jobs.handle(pull(head, base).to_json(), "delivery-spread")
+    result = run_job(pull(head, base).to_json(), "delivery-spread")
     assert result["status"] == "completed" and result["selected"] == 2
     from rq.registry import FinishedJobRegistry
 
@@ -214,7 +294,7 @@ def test_the_full_run_on_the_default_branch_audits_the_selection(world):
     fake, client, prefix, base, head, workers = world
     workers.start()
     refresh = Work("refresh", REPO, INSTALLATION, head_sha=head, base_ref="main")
-    result = jobs.handle(refresh.to_json(), "delivery-push")
+    result = run_job(refresh.to_json(), "delivery-push")
     assert result["status"] == "recorded" and result["audited"] is True
     assert result["missed"] == []
     from fastci.runner.store import SqliteEvidenceStore
@@ -231,7 +311,7 @@ def test_an_unreadable_evidence_store_runs_everything_and_says_why(world):
     workers.start()
     store = load().store_path
     store.write_bytes(b"this is not an SQLite database, it was overwritten" * 100)
-    result = jobs.handle(pull(head, base).to_json().copy() | {"mode": "select"}, "d-corrupt")
+    result = run_job(pull(head, base).to_json().copy() | {"mode": "select"}, "d-corrupt")
     assert result["status"] == "completed" and result["selected"] == 2  # everything
     runs = runs_by_name(fake)
     [selection], [regressions] = runs["FastCI selection"], runs["FastCI regressions"]

@@ -28,6 +28,7 @@ from fastci.app.serve import prepare_metrics_dir
 from fastci.app.settings import AppSettings, Secret
 from fastci.app.signature import sign
 from fastci.app.web import create_app
+from fastci.testing.webhook_load import wait_for_health
 
 SECRET = "metrics-secret"
 
@@ -84,15 +85,7 @@ def gunicorn(tmp_path, prefix):
                               stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 30
-        while True:
-            try:
-                requests.get(f"{url}/healthz", timeout=1)
-                break
-            except requests.RequestException:
-                if time.time() > deadline or server.poll() is not None:
-                    raise AssertionError((tmp_path / "serve.log").read_text()) from None
-                time.sleep(0.2)
+        wait_for_health(url, server, tmp_path / "serve.log")
         yield url, folder, server
     finally:
         os.killpg(server.pid, signal.SIGTERM)
@@ -247,6 +240,7 @@ def test_job_kinds():
     assert metrics.job_kind("fastci.app.jobs.handle", [{"kind": "evil\n"}, "d"]) == "other"
     assert metrics.job_kind("fastci.runner.execution.shard.run_shard", []) == "shard"
     assert metrics.job_kind("fastci.runner.execution.replays.run_replays", []) == "replay"
-    assert metrics.job_kind("fastci.app.background.follow_background", []) == "background"
+    assert metrics.job_kind("fastci.app.advance.advance", ["0" * 32]) == "advance"
+    assert metrics.job_kind("fastci.app.background.follow_background", []) == "other"  # gone
     assert metrics.outcome_of(202, "ignored: closed") == "ignored"
     assert metrics.outcome_of(503, "x") == "unavailable"

@@ -39,7 +39,13 @@ def start_redis(port: int, folder) -> subprocess.Popen:
     raise AssertionError("redis-server did not start")
 
 
-def test_a_redis_restart_mid_run_still_ends_in_complete_check_runs(tmp_path, monkeypatch):
+@pytest.mark.parametrize("moment", ["a shard runs", "the selection job holds the run"])
+def test_a_redis_restart_mid_run_still_ends_in_complete_check_runs(tmp_path, monkeypatch,
+                                                                   moment):
+    """While a shard runs, or while the selection job is between opening the regressions
+    check run and saving the run it started (it holds the run's lock then, and the run's
+    shards are not yet on record): both jobs are handed back, the lock freed, and the run
+    still completes, with one check run of each kind."""
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed")
     with socket.socket() as s:
@@ -59,6 +65,9 @@ def test_a_redis_restart_mid_run_still_ends_in_complete_check_runs(tmp_path, mon
         fake.register_app(APP_ID, keys.public)
         fake.add_repo(REPO, installation_id=INSTALLATION)
         fake.add_pull(REPO, NUMBER, head_sha=head, base_sha=base)
+        held = fake.hold("POST", r"/check-runs$", body={"name": "FastCI regressions"})
+        if moment != "the selection job holds the run":
+            held.release()
         env = {**os.environ, "FASTCI_APP_ID": str(APP_ID),
                "FASTCI_APP_PRIVATE_KEY_FILE": str(key_file),
                "FASTCI_WORKSPACE": str(workspace), "FASTCI_QUEUE_PREFIX": prefix,
@@ -76,16 +85,21 @@ def test_a_redis_restart_mid_run_still_ends_in_complete_check_runs(tmp_path, mon
             delivery = str(uuid.uuid4())
             assert queues.claim(delivery)
             queues.enqueue(pull(head, base), delivery)
-            from rq.registry import StartedJobRegistry
+            if moment == "a shard runs":
+                from rq.registry import StartedJobRegistry
 
-            shards = StartedJobRegistry(f"{prefix}-gpu-0", connection=client)
-            deadline = time.time() + 120
-            while not shards.get_job_ids() and time.time() < deadline:
-                time.sleep(0.2)
-            assert shards.get_job_ids(), (tmp_path / "worker0.log").read_text()[-2000:]
-            # Mid-shard: Redis goes away (persisting its data), and comes back 3 s later.
+                shards = StartedJobRegistry(f"{prefix}-gpu-0", connection=client)
+                deadline = time.time() + 120
+                while not shards.get_job_ids() and time.time() < deadline:
+                    time.sleep(0.005)  # at once: the shard's first write is then lost too
+                assert shards.get_job_ids(), (tmp_path / "worker0.log").read_text()[-2000:]
+            else:
+                assert held.arrived.wait(120), (tmp_path / "worker0.log").read_text()[-2000:]
+            # Redis goes away (persisting its data), and comes back 3 s later.
             subprocess.run(["redis-cli", "-p", str(port), "shutdown"], check=False,
                            capture_output=True)
+            if moment == "the selection job holds the run":
+                held.release()  # the selection job goes on, into the outage
             server.wait(timeout=20)
             time.sleep(3)
             server = start_redis(port, redis_dir)
@@ -97,9 +111,14 @@ def test_a_redis_restart_mid_run_still_ends_in_complete_check_runs(tmp_path, mon
             deadline = time.time() + 180
             while not done() and time.time() < deadline:
                 time.sleep(0.5)
-            logs = "\n".join((tmp_path / f"worker{i}.log").read_text()[-2000:]
-                             for i in range(2))
-            assert done(), logs
+            if not done():  # what the run was left as, then the workers' own account
+                state = {key.decode(): (client.type(key).decode(), client.ttl(key),
+                                        client.get(key)[:600] if client.type(key) == b"string"
+                                        else None)
+                         for key in client.scan_iter(f"{prefix}:run:*")}
+                logs = "\n".join((tmp_path / f"worker{i}.log").read_text()[-8000:]
+                                 for i in range(2))
+                pytest.fail(f"no completed regressions check run; run keys {state}\n{logs}")
         finally:
             for proc in procs:
                 if proc.poll() is None:
@@ -112,3 +131,95 @@ def test_a_redis_restart_mid_run_still_ends_in_complete_check_runs(tmp_path, mon
     regressions = runs["FastCI regressions"][0]
     assert regressions["conclusion"] == "success", regressions["output"]["summary"]
     assert "All 2 selected tests passed" in regressions["output"]["summary"]
+
+
+def test_a_worker_that_lost_redis_mid_job_hands_the_job_back(redis):
+    """The worker's loop came back after an outage that took it down while RQ was running a
+    shard: the process is alive, so nothing else would ever see that shard as orphaned. It
+    fails the job as abandoned (which a run's advance answers by running it again) and tells
+    the run; a job whose end RQ had recorded is left alone."""
+    from rq.job import JobStatus
+    from rq.serializers import JSONSerializer
+
+    from fastci.app.queue import FastCIJob, advance_queue_name, queue
+    from fastci.app.run_state import RUNNING, Run, RunStore, run_id
+    from fastci.app.serve import FastCIWorker
+    from fastci.app.shards import job_error
+
+    prefix = f"fastci-handback-{uuid.uuid4().hex[:8]}"
+    shards = queue(f"{prefix}-gpu-0", redis)
+    try:
+        # A run in flight: a runner's worker leaves it alone (its Redis user reads no run).
+        RunStore(redis, prefix).save(Run(run_id("octo/repo", "x"), "pull_request", RUNNING,
+                                         {"repo": "octo/repo"}, "x", "k", time.time() + 60))
+        worker = FastCIWorker([shards], connection=redis, job_class=FastCIJob,
+                              serializer=JSONSerializer, prefix=prefix)
+        running = shards.enqueue("fastci.runner.execution.shard.run_shard", {"tests": []},
+                                 meta={"run": "run-1"})
+        running.set_status(JobStatus.STARTED)
+        worker.fastci_running = (running, shards)
+        worker.hand_back()
+        assert running.get_status(refresh=True) == JobStatus.FAILED
+        assert "abandoned" in job_error(running).lower()
+        advances = queue(advance_queue_name(prefix), redis)
+        assert [list(j.args) for j in advances.jobs] == [["run-1"]]  # JSON: a list
+
+        finished = shards.enqueue("fastci.runner.execution.shard.run_shard", {"tests": []},
+                                  meta={"run": "run-2"})
+        finished.set_status(JobStatus.FINISHED)
+        worker.fastci_running = (finished, shards)
+        worker.hand_back()
+        assert finished.get_status(refresh=True) == JobStatus.FINISHED
+        assert len(advances.jobs) == 1
+    finally:
+        for key in redis.scan_iter(f"*{prefix}*"):
+            redis.delete(key)
+        for job in (locals().get("running"), locals().get("finished")):
+            if job is not None:
+                job.delete()
+
+
+def test_a_worker_back_from_an_outage_frees_the_runs_its_job_held(redis):
+    """The job held a run's lock when Redis went away (its `release` failed): the worker
+    releases it and advances the run, instead of leaving it locked for a 15-minute lease,
+    and advances every other run in flight too (as the watchdog's next cycle would). Its
+    job, from the selection side's queue, is run again: it is idempotent."""
+    from rq.job import JobStatus
+    from rq.serializers import JSONSerializer
+
+    from fastci.app.queue import FastCIJob, advance_queue_name, queue
+    from fastci.app.run_state import RUNNING, Run, RunStore, run_id
+    from fastci.app.serve import OUTAGE_REQUEUES, FastCIWorker
+
+    prefix = f"fastci-stranded-{uuid.uuid4().hex[:8]}"
+    selection = queue(f"{prefix}-cpu", redis)
+    store = RunStore(redis, prefix)
+    run = run_id("octo/repo", "abc", "delivery")
+    other = run_id("octo/repo", "def", "delivery")
+    try:
+        store.save(Run(other, "pull_request", RUNNING, {"repo": "octo/repo"}, "def", "k",
+                       time.time() + 60))
+        worker = FastCIWorker([queue(advance_queue_name(prefix), redis), selection],
+                              connection=redis, job_class=FastCIJob,
+                              serializer=JSONSerializer, prefix=prefix)
+        job = selection.enqueue("fastci.app.jobs.handle", {}, "delivery")
+        for _ in range(OUTAGE_REQUEUES + 1):
+            job.set_status(JobStatus.STARTED)
+            assert store.acquire(run) is not None  # as the job did, before the outage
+            worker.fastci_running = (job, selection)
+            worker.hand_back()
+            assert not redis.exists(store.key(run, "lock"))
+            token = store.acquire(run, lease=5)  # anyone may advance it now
+            assert token is not None
+            store.release(run, token)
+        advances = queue(advance_queue_name(prefix), redis)
+        assert sorted(j.args[0] for j in advances.jobs) == sorted(
+            [run, other] * (OUTAGE_REQUEUES + 1))
+        # Requeued twice, then left failed: an outage each time is not a job to retry.
+        assert job.get_status(refresh=True) == JobStatus.FAILED
+        assert job.meta["outage_requeues"] == OUTAGE_REQUEUES
+    finally:
+        for key in redis.scan_iter(f"*{prefix}*"):
+            redis.delete(key)
+        if locals().get("job") is not None:
+            job.delete()

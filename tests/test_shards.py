@@ -3,8 +3,11 @@ from a bundle (which it takes by an http(s) URL only), and diff coverage."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
+from fastci.app import workspace
 from fastci.app.workspace import bundle
 from fastci.runner.errors import RunError
 from fastci.runner.execution.coverage_delta import changed_lines, report, statement_lines
@@ -108,3 +111,28 @@ def test_a_shard_takes_its_bundle_only_by_an_http_url(project, tmp_path, monkeyp
         with pytest.raises(RunError, match="URL"):
             run_shard({**request, "sha": sha, "tests": []})
     assert list((tmp_path / "runner").iterdir()) == []
+
+
+def test_selection_jobs_that_make_one_mirror_at_once_all_get_it(project, tmp_path):
+    """Two selection workers, each a first job of a repository, create its mirror at the
+    same moment: both go on with it (one git init, then the other's, used to fail on the
+    mirror's locked config and lose that pull request's run)."""
+    project.write({"a.py": "x = 1\n"})
+    sha = project.commit("base")
+    start, errors, mirrors = threading.Barrier(6), [], []
+
+    def sync() -> None:
+        start.wait()
+        try:
+            mirrors.append(workspace.sync(tmp_path / "ws", "octo/x", str(project.root), [sha]))
+        except Exception as exc:  # noqa: BLE001 - the test reports each failure
+            errors.append(exc)
+
+    threads = [threading.Thread(target=sync) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and len(set(mirrors)) == 1
+    assert workspace.tree(mirrors[0], sha) == {"a.py": Repo(project.root).tree(sha)["a.py"]}
+    assert [p.name for p in (tmp_path / "ws" / "mirrors").iterdir()] == ["octo__x.git"]

@@ -442,6 +442,32 @@ class _Fault:
                 and (self.path is None or bool(self.path.search(path))))
 
 
+class Hold:
+    """One request held after GitHub has acted on it and before its answer leaves: the
+    client is stopped at a known point (a check run created, its creator not yet told)
+    while the test changes the world around it. `arrived` is set when the request comes;
+    the answer leaves on `release()`, or after `timeout` seconds."""
+
+    def __init__(self, method: str, path: str, body: dict | None, timeout: float) -> None:
+        self.method, self.path, self.body, self.timeout = method, re.compile(path), body, timeout
+        self.arrived = threading.Event()
+        self._released = threading.Event()
+        self.taken = False
+
+    def matches(self, method: str, path: str, payload: Any) -> bool:
+        if self.taken or method != self.method or not self.path.search(path):
+            return False
+        return not self.body or (isinstance(payload, dict)
+                                 and all(payload.get(k) == v for k, v in self.body.items()))
+
+    def wait(self) -> None:
+        self.arrived.set()
+        self._released.wait(self.timeout)
+
+    def release(self) -> None:
+        self._released.set()
+
+
 def _payload(request: Request) -> Any:
     """The request's JSON, whatever its Content-Type says (GitHub parses it regardless)."""
     return request.get_json(force=True, silent=True)
@@ -540,6 +566,7 @@ class FakeGitHub:
         self._grants: dict[str, _Grant] = {}
         self._user_tokens: dict[str, _UserToken] = {}
         self._faults: list[_Fault] = []
+        self._holds: list[Hold] = []
         self._rate_used = 0
         self._rate_reset = int(self._now()) + RATE_WINDOW_S
         self.redeliveries: list[int] = []
@@ -719,6 +746,15 @@ class FakeGitHub:
             raise ValueError(f"kind must be 'secondary' or 'primary', not {kind!r}")
         self._add_fault(n, kind, 403, method, path, retry_after, reset_in)
 
+    def hold(self, method: str, path: str, *, body: dict | None = None,
+             timeout: float = 60.0) -> Hold:
+        """Hold the answer to the next request of `method` whose path matches `path` (and
+        whose JSON has `body`'s items), once GitHub has acted on it; see `Hold`."""
+        held = Hold(method, path, body, timeout)
+        with self._lock:
+            self._holds.append(held)
+        return held
+
     def _add_fault(self, n: int, kind: str, status: int, method: str | None, path: str | None,
                    retry_after: int = 0, reset_in: int = 0) -> None:
         with self._lock:
@@ -738,6 +774,12 @@ class FakeGitHub:
                 None if page else _payload(request), dict(request.headers),
                 reply.status_code if page else reply.status))
             response = reply if page else self._render(reply)
+            held = next((h for h in self._holds
+                         if h.matches(request.method, request.path, _payload(request))), None)
+            if held is not None:
+                held.taken = True
+        if held is not None:
+            held.wait()  # outside the lock: the fake answers everyone else meanwhile
         return response(environ, start_response)
 
     def _respond(self, request: Request) -> Reply | Response:

@@ -33,7 +33,7 @@ from conftest import (
 )
 from fakegithub import FakeGitHub
 
-from fastci.app import artifacts, jobs, workspace
+from fastci.app import artifacts, workspace
 from fastci.app.events import Work
 from fastci.app.settings import SettingsError, load
 from fastci.runner.errors import RunError
@@ -41,6 +41,7 @@ from fastci.runner.execution.fetch import download
 from fastci.runner.execution.sandbox import Sandbox
 from fastci.runner.execution.shard import checkout
 from fastci.runner.git import GitError, Repo
+from fastci.testing.runs import run_job
 
 REPO, INSTALLATION, APP_ID, NUMBER = "octo/fetched", 71, 7171, 5
 MIRROR_SECRET = b"mirror-only-" + uuid.uuid4().hex.encode()
@@ -321,7 +322,7 @@ def test_a_pull_requests_shards_download_their_bundle_and_the_secret_goes_nowher
     secret = settings.artifact_secret.reveal().encode()
     work = Work("pull_request", REPO, INSTALLATION, number=NUMBER, head_sha=head,
                 base_sha=base, head_repo=REPO, sender="octocat", mode="run_all")
-    outcome = jobs.handle(work.to_json(), "delivery-fetched")
+    outcome = run_job(work.to_json(), "delivery-fetched")
     assert outcome["status"] == "completed" and outcome["failed"] == 0, \
         (outcome, log.read_text()[-3000:])
     [regressions] = [r for r in fake.check_runs(REPO) if r["name"] == "FastCI regressions"]

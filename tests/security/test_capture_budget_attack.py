@@ -22,13 +22,13 @@ import pytest
 from attack_world import github_with_pull, selection_side
 from conftest import Project, app_key_file, redis_or_skip, redis_url
 
-from fastci.app import jobs
 from fastci.app.events import Work
 from fastci.runner.analysis.environment import current
 from fastci.runner.execution import validate
 from fastci.runner.execution.validate import InvalidResult
 from fastci.runner.record.plugin import capture_budget
 from fastci.runner.store import open_store
+from fastci.testing.runs import run_job
 
 REPO, INSTALLATION, APP_ID, NUMBER = "octo/budget", 73, 7373, 5
 BASE_MB = 1
@@ -109,7 +109,7 @@ def test_the_heads_capture_budget_never_counts(attack):
     forge, fake, base, head, workspace, seen = attack
     work = Work("pull_request", REPO, INSTALLATION, number=NUMBER, head_sha=head,
                 base_sha=base, head_repo=REPO, sender="octocat", mode="run_all")
-    outcome = jobs.handle(work.to_json(), f"delivery-{uuid.uuid4().hex[:8]}")
+    outcome = run_job(work.to_json(), f"delivery-{uuid.uuid4().hex[:8]}")
     assert outcome["status"] == "completed", outcome
     # The plugin in the runner used the base's budget, not the 100000 MB of the head.
     assert json.loads(seen.read_text())["budget"] == BASE_MB * 2**20

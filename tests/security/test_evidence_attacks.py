@@ -22,9 +22,9 @@ import pytest
 from attack_world import github_with_pull, selection_side
 from conftest import Project, app_key_file, redis_or_skip, redis_url
 
-from fastci.app import jobs
 from fastci.app.events import Work
 from fastci.runner.store import open_store
+from fastci.testing.runs import run_job
 
 REPO, INSTALLATION, APP_ID, NUMBER = "octo/forged", 71, 7171, 3
 BASE = {
@@ -118,7 +118,7 @@ def test_a_forged_recording_is_rejected_or_rebuilt_from_git(forged):
     attack, fake, base, head, workspace, marker = forged
     work = Work("pull_request", REPO, INSTALLATION, number=NUMBER, head_sha=head,
                 base_sha=base, head_repo=REPO, sender="octocat", mode="run_all")
-    outcome = jobs.handle(work.to_json(), f"delivery-{uuid.uuid4().hex[:8]}")
+    outcome = run_job(work.to_json(), f"delivery-{uuid.uuid4().hex[:8]}")
     assert outcome["status"] == "completed", outcome
     assert not marker.exists()  # no option ever reached git
     summary = {r["name"]: r for r in fake.check_runs(REPO)}["FastCI regressions"][

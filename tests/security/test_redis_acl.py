@@ -110,3 +110,41 @@ def test_the_webhooks_user_scrapes_metrics_and_a_runner_writes_only_its_duration
     shard = [s for s in families["fastci_job_duration_seconds"].samples
              if s.name.endswith("_count")]
     assert shard[0].value == 1
+
+
+def test_a_runner_may_enqueue_advances_and_nothing_else_on_the_selection_side(server):
+    """A runner's worker enqueues `advance(run)` when one of its jobs ends: its user may
+    create advance jobs and push their ids on the advance queue, and neither read that
+    queue nor pop from it, nor read any job there, nor touch a run's keys; the webhook's
+    user may enqueue advances too (a newer head), and read no run."""
+    from fastci.app.queue import enqueue_advance
+    from fastci.app.run_state import Run, RunStore
+
+    selection, web, runner = (client(server, u) for u in ("selection", "web", "runner"))
+    store = RunStore(selection, "fastci")
+    run = Run("a" * 32, "pull_request", "running", {"repo": "octo/x", "number": 2}, "h" * 40,
+              "k", 2e9)
+    store.save(run)
+    by_runner = enqueue_advance(runner, "fastci", run.id, "a shard ended")
+    by_web = enqueue_advance(web, "fastci", run.id, "a newer head")
+    assert queue("fastci-advance", selection).job_ids == [by_runner, by_web]
+    assert web.smembers("fastci:pr:octo/x:2:runs") == {run.id.encode()}  # to nudge them
+    for attempt in (
+            lambda: runner.lrange("rq:queue:fastci-advance", 0, -1),
+            lambda: runner.lpop("rq:queue:fastci-advance"),
+            lambda: runner.delete("rq:queue:fastci-advance"),
+            lambda: runner.hgetall(f"rq:job:{by_web}"),
+            lambda: runner.delete(f"rq:job:{by_web}"),
+            lambda: runner.hset("rq:job:fastci-delivery-1", "status", "queued"),
+            lambda: runner.srem("rq:queues", "rq:queue:fastci-cpu"),
+            lambda: runner.smembers("rq:queues"),
+            lambda: runner.get(f"fastci:run:{run.id}"),
+            lambda: runner.set(f"fastci:run:{run.id}:dirty", 1),
+            lambda: runner.set(f"fastci:run:{run.id}:lock", "mine"),
+            lambda: runner.zrange("fastci:runs", 0, -1),
+            lambda: runner.rpush("rq:queue:fastci-cpu", by_runner),
+            lambda: web.get(f"fastci:run:{run.id}"),
+            lambda: web.set(f"fastci:run:{run.id}:lock", "mine"),
+            lambda: web.zrange("fastci:runs", 0, -1)):
+        assert denied(attempt)
+    assert store.load(run.id) == run

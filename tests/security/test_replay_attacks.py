@@ -31,8 +31,8 @@ from attack_world import (
 )
 from conftest import Project, RedisServer
 
-from fastci.app import jobs
 from fastci.app.events import Work
+from fastci.testing.runs import run_job
 
 pytestmark = pytest.mark.slow
 REPO, NUMBER = "octo/replayed", 8
@@ -148,7 +148,7 @@ def world(tmp_path, monkeypatch, request):
                 sandbox if request.param.startswith("sandboxed") else {})})
             if by_app:  # the base's evidence, captures included, comes back from the runner
                 pushed = Work("refresh", REPO, INSTALLATION, head_sha=base, base_ref="main")
-                recorded = jobs.handle(pushed.to_json(), "delivery-push")
+                recorded = run_job(pushed.to_json(), "delivery-push")
                 assert recorded["status"] in ("recorded", "audited"), (
                     recorded, runner.log.read_text()[-3000:])
             yield fake, base, head, marker, runner
@@ -163,7 +163,7 @@ def world(tmp_path, monkeypatch, request):
 def select(fake, base, head, runner) -> tuple[dict, dict]:
     work = Work("pull_request", REPO, INSTALLATION, number=NUMBER, head_sha=head,
                 base_sha=base, head_repo=REPO, sender="octocat")
-    outcome = jobs.handle(work.to_json(), f"delivery-{uuid.uuid4().hex[:8]}")
+    outcome = run_job(work.to_json(), f"delivery-{uuid.uuid4().hex[:8]}")
     assert outcome["status"] == "completed", (outcome, runner.log.read_text()[-3000:])
     return outcome, {r["name"]: r for r in fake.check_runs(REPO)}["FastCI selection"]
 

@@ -27,10 +27,10 @@ from attack_world import (
 )
 from conftest import RedisServer
 
-from fastci.app import jobs
 from fastci.app.events import Work
 from fastci.app.queue import queue
 from fastci.app.settings import load
+from fastci.testing.runs import run_job
 
 pytestmark = pytest.mark.slow
 
@@ -82,7 +82,7 @@ def test_a_hostile_pull_request_reaches_nothing_and_still_reports_its_tests(worl
 
     work = Work("pull_request", REPO, INSTALLATION, number=NUMBER, head_sha=head,
                 base_sha=base, head_repo=REPO, sender="octocat", mode="run_all")
-    outcome = jobs.handle(work.to_json(), "delivery-attack")
+    outcome = run_job(work.to_json(), "delivery-attack")
     log = runner.log.read_text()
     assert outcome["status"] == "completed", (outcome, log[-3000:])
     runs = {r["name"]: r for r in fake.check_runs(REPO)}
@@ -97,7 +97,7 @@ def test_a_hostile_pull_request_reaches_nothing_and_still_reports_its_tests(worl
     assert not list(client.scan_iter(f"{prefix}:ok-to-test:*"))  # no approval set
     assert queue(f"{prefix}-cpu", client).count == 0  # nothing enqueued
     # The selection side syncs the mirror again (a later push): no planted hook runs.
-    again = jobs.handle(work.to_json(), "delivery-attack-2")
+    again = run_job(work.to_json(), "delivery-attack-2")
     assert again["status"] == "completed" and again["failed"] == 0
     from fastci.app import workspace
 
@@ -114,7 +114,7 @@ def test_without_the_sandbox_the_same_attack_gets_through(world):
     fake, server, url, prefix, base, head, marker, runner = world
     work = Work("pull_request", REPO, INSTALLATION, number=NUMBER, head_sha=head,
                 base_sha=base, head_repo=REPO, sender="octocat", mode="run_all")
-    assert jobs.handle(work.to_json(), "delivery-open")["failed"] == 1
+    assert run_job(work.to_json(), "delivery-open")["failed"] == 1
     regressions = {r["name"]: r for r in fake.check_runs(REPO)}["FastCI regressions"]
     [failure] = [a for a in regressions["annotations"] if a["annotation_level"] == "failure"]
     assert "the attack got through" in failure["message"]
