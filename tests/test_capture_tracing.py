@@ -7,7 +7,6 @@ without FastCI failing under it."""
 
 from __future__ import annotations
 
-import pytest
 from conftest import Project
 
 FILES = {
@@ -68,35 +67,3 @@ def test_a_traced_call_is_not_captured_and_the_recording_is_kept(tmp_path):
     decisions = {t["id"]: t["decision"] for t in report["tests"]}
     assert decisions["tests/test_layers.py::test_traced_module_matches_eager"] == "selected"
     assert decisions["tests/test_layers.py::test_compiled_module_matches_eager"] == "selected"
-
-
-COMPILED_ONLY = {
-    "pkg/__init__.py": "",
-    "pkg/mod.py": '''
-        def scale(x):
-            return x * 2
-    ''',
-    "tests/test_scale.py": '''
-        import torch
-
-        from pkg.mod import scale
-
-
-        def test_compiled_scale():
-            compiled = torch.compile(scale, backend="eager", fullgraph=True)
-            assert torch.equal(compiled(torch.ones(2)), torch.full((2,), 2.0))
-    ''',
-}
-
-
-@pytest.mark.xfail(strict=True, reason="known escape: dynamo runs a compiled function's "
-                   "bytecode symbolically, so its lines leave no evidence in a test that "
-                   "only calls it compiled (README, Known limits)")
-def test_a_function_called_only_through_torch_compile_is_selected_when_it_changes(tmp_path):
-    pytest.importorskip("torch")
-    project = Project(tmp_path / "repo")
-    project.write(COMPILED_ONLY)
-    project.commit("base")
-    project.record()
-    project.edit("pkg/mod.py", "x * 2", "x * 3")  # the test fails under this change
-    assert project.selected() == {"tests/test_scale.py::test_compiled_scale"}

@@ -12,7 +12,8 @@ test context, `FASTCI_CHILD_TAG`):
 - `<pid>-<nonce>.start` as it starts: the parent then knows a child ran, whatever follows;
 - `<pid>-<nonce>.json` as it ends (normal exit, `os._exit`, SIGTERM): the lines it executed
   under the repository, the non-Python files it opened, the Triton kernels it launched, the
-  torch.distributed groups it joined and how many Python children it started itself.
+  torch.distributed groups it joined, how many Python children it started itself, and
+  whether it entered torch.compile'd code (with the lines dynamo traced, `compiled.py`).
 
 The evidence file is written whole and renamed into place, so a child that crashes, is killed
 or hangs leaves a start marker without evidence: its parent test then keeps the
@@ -30,7 +31,7 @@ import signal
 import sys
 import threading
 
-from fastci.runner.record import tracing
+from fastci.runner.record import compiled, tracing
 
 ENV_DIR = "FASTCI_CHILD_DIR"
 ENV_TAG = "FASTCI_CHILD_TAG"
@@ -59,6 +60,7 @@ class _State:
         self.kernels: set[tuple[str, str]] = set()
         self.ranks: list[dict] = []
         self.spawned = 0
+        self.compiled = False  # entered torch.compile'd code
         self.saved = False  # finish has begun (it runs once)
         self.main_started = cov is not None  # the interpreter's start-up is over
         self.written = False  # ... and has ended
@@ -88,6 +90,7 @@ def begin(tag: str, folder: str, root: str, cov) -> None:
     `cov` is the Coverage measuring this process, or None when coverage's start-up owns it."""
     global _state
     _state = _State(tag, folder, root, cov)
+    compiled.start(_on_compiled_entry, _on_compile)
     _install_hooks()
     _install_sigterm()
     try:
@@ -186,6 +189,13 @@ def _finish(state: _State, event: str) -> None:
             for filename in data.measured_files():
                 if filename.startswith(state.root):
                     lines[filename] = sorted(data.lines(filename) or ())
+            if state.compiled:
+                if compiled.unseen():
+                    lines, error = None, compiled.unseen()  # the parent falls back
+                else:
+                    for filename, ls in compiled.traced_lines(compiled.COMPILE).items():
+                        if filename.startswith(state.root):
+                            lines[filename] = sorted({*lines.get(filename, ()), *ls})
         except Exception as exc:
             lines = None  # no line evidence: the parent falls back, as for a crash
             error = f"{type(exc).__name__}: {exc}"[:300]
@@ -194,7 +204,7 @@ def _finish(state: _State, event: str) -> None:
             "format": FORMAT, "event": event, "pid": state.pid, "ppid": state.ppid,
             "tag": state.tag, "argv": _argv(), "lines": lines, "files": sorted(state.files),
             "kernels": sorted(state.kernels), "ranks": state.ranks,
-            "spawned": state.spawned, "error": error})
+            "spawned": state.spawned, "compiled": state.compiled, "error": error})
     except OSError:
         pass
     state.written = True
@@ -222,6 +232,8 @@ def _install_hooks() -> None:
     os._exit = _exit  # type: ignore[assignment]
     os.register_at_fork(after_in_child=_after_fork)
     after_import("triton", _install_kernel_hook)
+    after_import("torch._dynamo", compiled.install)
+    after_import("torch.jit", compiled.install_script)
     after_import("torch.distributed", lambda module: patch_init_process_group(module, _on_rank))
 
 
@@ -325,6 +337,17 @@ def _note(state: _State, event: str, args: tuple) -> None:
     elif event in ("subprocess.Popen", "os.posix_spawn", "os.spawn"):
         if tracing._describe_spawn(event, args):
             state.spawned += 1
+
+
+def _on_compiled_entry(kind: str, origin: str) -> None:  # noqa: ARG001
+    state = _state
+    if state is not None and state.pid == os.getpid() and \
+            (not origin or origin.startswith(state.root)):
+        state.compiled = True
+
+
+def _on_compile(starting: bool) -> None:  # noqa: ARG001
+    """A child records one context: what runs while compiling is already its evidence."""
 
 
 def _install_kernel_hook(module) -> None:  # noqa: ARG001

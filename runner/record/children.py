@@ -41,6 +41,7 @@ class ChildEvidence:
     kernels: set[tuple[str, str]] = field(default_factory=set)
     ranks: list[dict] = field(default_factory=list)
     processes: list[str] = field(default_factory=list)  # "pid: argv" of each child merged
+    compiled: bool = False  # a child entered torch.compile'd code (compiled.py)
 
 
 class Children:
@@ -155,6 +156,7 @@ class Children:
             merged.kernels.update(tuple(k) for k in report.get("kernels", ()))
             merged.ranks.extend(report.get("ranks", ()))
             merged.processes.append(_who(str(report["pid"]), report))
+            merged.compiled = merged.compiled or bool(report.get("compiled"))
         if reports:
             self.evidence[tag] = merged
 

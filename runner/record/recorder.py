@@ -11,7 +11,10 @@ of its own and is then credited to every test that depends on it:
   `collect:<test file>|outside-module-bodies` for what pytest's own collection work runs of
   the repository there: `import_calls.py` saw which statement called each function in a
   module body, never outside one);
-- "" (the empty context): conftest and plugin imports before collection.
+- "" (the empty context): conftest and plugin imports before collection;
+- `torch.compile`: what ran while dynamo compiled. Compiled code runs without its lines,
+  from a cache any later test may hit, so every context that entered compiled code is
+  credited with all that dynamo traced and all that ran while compiling (`compiled.py`).
 
 Import-time work is where coverage-only selectors miss regressions, so it is kept apart and
 handled by the selection's module-body rules rather than credited to a test.
@@ -37,7 +40,7 @@ from fastci.runner.analysis.blocks import MODULE, FileBlocks, module_statement_a
 from fastci.runner.analysis.environment import Environment, current, is_manifest, lock_hash
 from fastci.runner.evidence import DYNAMIC_ALL, SESSION, ImportCaller, Snapshot, TestRecord
 from fastci.runner.git import WORKTREE, Repo
-from fastci.runner.record import lines, tracing
+from fastci.runner.record import child, compiled, lines, tracing
 from fastci.runner.record.capture import CAPTURED, INSIDE, ModuleCapture
 from fastci.runner.record.children import Children
 from fastci.runner.record.fileaccess import FileEvents
@@ -47,6 +50,7 @@ if TYPE_CHECKING:
     from fastci.runner.store import EvidenceStore
 
 SESSION_CONTEXT = ""
+COMPILE_CONTEXT = "torch.compile"
 
 
 def blob_sha(data: bytes) -> str:
@@ -100,6 +104,9 @@ class Recorder:
         self.dirs: dict[str, set[str]] = defaultdict(set)
         self.spawns: dict[str, set[str]] = defaultdict(set)
         self.kernels: dict[str, set[tuple[str, str]]] = defaultdict(set)
+        self.compiled_contexts: set[str] = set()  # contexts that entered compiled code
+        self.scripted_contexts: set[str] = set()  # ... that called torch.jit.script
+        self._every_context_compiled = False  # this torch's dynamo entry could not be hooked
         self.tests: dict[str, _Test] = {}
         self.started_at = time.time()
         self.first_failure_at: float | None = None
@@ -139,6 +146,9 @@ class Recorder:
             self._lines.start()
         self._lines.switch(SESSION_CONTEXT)
         tracing.start(self._on_file)
+        compiled.start(self._on_compiled_entry, self._on_compile)
+        child.after_import("torch._dynamo", compiled.install)
+        child.after_import("torch.jit", compiled.install_script)
         tracing.patch_cached_property()
         tracing.start_reading(self.root, self._adopt)
         self._route(SESSION_CONTEXT)
@@ -151,6 +161,7 @@ class Recorder:
     def _detach_in_fork(self) -> None:
         """In a forked child: the parent's hooks stop here; the child records on its own."""
         tracing.stop()
+        compiled.stop()
         self.import_calls.stop()
         self._kernel_hook.uninstall()
         if self._lines is not None:
@@ -202,6 +213,8 @@ class Recorder:
 
     def switch(self, context: str) -> None:
         self.context = context
+        if self._every_context_compiled:
+            self.compiled_contexts.add(context)
         if self._lines is not None:
             self._lines.switch(context)
             self.import_calls.follow(context)
@@ -283,6 +296,20 @@ class Recorder:
         elif full.startswith(self.root):
             self.dirs[self.context].add(os.path.normpath(full))
 
+    def _on_compiled_entry(self, kind: str, origin: str) -> None:
+        if origin and not origin.startswith(self.root):
+            return  # torch scripting its own code
+        (self.compiled_contexts if kind == compiled.COMPILE else
+         self.scripted_contexts).add(self.context)
+        if compiled.unseen():  # no entry hook: from the first compile on, any test may enter
+            self._every_context_compiled = True
+
+    def _on_compile(self, starting: bool) -> None:
+        if starting:
+            self.push(COMPILE_CONTEXT)
+        elif self.context == COMPILE_CONTEXT:
+            self.pop()
+
     def _on_launch(self, filename: str, qualname: str) -> None:
         if filename.startswith(self.root):
             self.kernels[self.context].add((os.path.relpath(filename, self.root), qualname))
@@ -323,6 +350,7 @@ class Recorder:
         lines_by_context = self._lines_by_context()
         watched = self._finish_file_events()
         child_lines = self._merge_children(lines_by_context)
+        self._credit_compiled(lines_by_context)
         inventories = inventory.load(self.repo, WORKTREE, self.tree, store)
         shas = _FileHasher(self.root, self.tree)
         tests = self._test_records(inventories, lines_by_context, shas, child_lines, watched)
@@ -354,6 +382,7 @@ class Recorder:
     def _stop_hooks(self) -> None:
         """Nothing the process does from here on is evidence."""
         tracing.stop()
+        compiled.stop()
         self.import_calls.stop()
         tracing.stop_reading(self._hooked)
         tracing.unpatch_cached_property()
@@ -394,6 +423,8 @@ class Recorder:
                     in_children[path] |= ls
             if self.children is not None:  # children record: only unmerged ones are a gap
                 seen.spawns = set(self.children.unmerged(contexts))
+            if self.compiled_contexts.intersection(contexts) and compiled.unseen():
+                seen.spawns.add(compiled.unseen())
             tests[nodeid] = TestRecord(
                 test_id=nodeid, outcome=test.outcome, duration=test.duration,
                 blocks=self._blocks(nodeid, test, seen, inventories),
@@ -442,7 +473,34 @@ class Recorder:
             self.files[tag] |= {f for f in evidence.files if tracing.wants(f, self.root)}
             self.kernels[tag] |= {(os.path.relpath(f, self.root), q)
                                   for f, q in evidence.kernels}
+            if evidence.compiled:  # it may have run what this process compiled (a fork)
+                self.compiled_contexts.add(tag)
         return child_lines
+
+    def _credit_compiled(self, lines_by_context: dict[str, dict[str, set[int]]]) -> None:
+        """Every context that entered compiled code (in this process or in a child) ran, as
+        far as the evidence can tell, all that was compiled in the session: every line
+        dynamo traced or TorchScript parsed, and every line run while compiling; one that
+        called torch.jit.script, all that TorchScript parsed. Without dynamo's traced code
+        (`compiled.unseen()`) the compiled ones are selected on any change instead."""
+        root = os.path.realpath(self.root)
+        while_compiling = dict(lines_by_context.get(COMPILE_CONTEXT, {}))
+        for kind, contexts in ((compiled.COMPILE, self.compiled_contexts - self.scripted_contexts),
+                               (compiled.SCRIPT, self.scripted_contexts - self.compiled_contexts),
+                               (compiled.COMPILE, self.compiled_contexts & self.scripted_contexts)):
+            if not contexts or (kind == compiled.COMPILE and compiled.unseen()):
+                continue
+            ran: dict[str, set[int]] = defaultdict(set)
+            for filename, ls in compiled.traced_lines(kind).items():
+                rel = os.path.relpath(os.path.realpath(filename), root)
+                if rel in self.tree:
+                    ran[rel] |= ls
+            if kind == compiled.COMPILE:
+                for path, ls in while_compiling.items():
+                    ran[path] |= ls
+            for context in contexts:
+                for path, ls in ran.items():
+                    lines_by_context[context][path] |= ls
 
     def _seen_by(self, nodeid: str, test: _Test,
                  lines_by_context: dict[str, dict[str, set[int]]]) -> _Seen:

@@ -81,7 +81,9 @@ def _children_and_readers(evidence) -> list[str]:
     if in_children:
         out.append(f"    {in_children} of the blocks ran in child processes (never pruned)")
     for reason in evidence.spawns[:5]:
-        out.append(f"    child evidence not merged (select on any change): {reason}")
+        what = "compiled code unseen" if reason.startswith("torch.compile") else \
+            "child evidence not merged"
+        out.append(f"    {what} (select on any change): {reason}")
     if evidence.ranks:
         out.append("    process groups: " + ", ".join(evidence.ranks))
     out.append("    files seen through " + ("the kernel's file events (every reader)"

@@ -421,12 +421,16 @@ class _Rules:
         return out
 
     def _unseen_dependencies(self, test: TestRecord) -> _Weighted:
-        """What line coverage does not show: child processes, Triton kernels launched, and
-        values read by string."""
+        """What line coverage does not show: child processes (and compiled code where this
+        torch hides what dynamo traced), Triton kernels launched, and values read by
+        string."""
         out = []
         if test.spawns and self.code_or_data_changed:
-            out.append((f"it starts child processes whose evidence FastCI could not merge "
-                        f"({test.spawns[0]}{' and more' if len(test.spawns) > 1 else ''}), "
+            what = "it ran torch.compile'd code FastCI could not see" \
+                if test.spawns[0].startswith("torch.compile") else \
+                "it starts child processes whose evidence FastCI could not merge"
+            out.append((f"{what} ({test.spawns[0]}"
+                        f"{' and more' if len(test.spawns) > 1 else ''}), "
                         "and code or data changed", 1))
         if not test.file_events and self.unwatched_changes:
             out.append((_examples("its file evidence was recorded without the kernel's file "

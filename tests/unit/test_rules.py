@@ -390,6 +390,18 @@ def test_a_test_that_spawns_python_children_is_selected_on_any_code_change():
         "torch.distributed.run), and code or data changed",)
 
 
+def test_a_test_whose_compiled_code_was_unseen_is_selected_on_any_code_change():
+    tests = evidence()
+    rid = "tests/sub/test_deep.py::test_deep"
+    why = "torch.compile ran, and this torch does not say which code dynamo traced"
+    tests[rid] = replace(tests[rid], spawns=(why,))
+    assert rid not in selected(select_after(OLD, tests))
+    selection = select_after(edit(OLD, "calc/model.py", "[1, 2, 3]", "[1, 2, 4]"), tests)
+    assert rid in selected(selection)
+    assert reasons(selection, rid) == (
+        f"it ran torch.compile'd code FastCI could not see ({why}), and code or data changed",)
+
+
 def test_evidence_without_kernel_file_events_is_selected_by_any_changed_data_file():
     # Without the kernel's file events (no inotify, or events lost), a native reader or a
     # child may have read a file unseen: a changed non-Python file selects the test, unless
