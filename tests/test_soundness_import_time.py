@@ -83,6 +83,33 @@ REPO = {
 
         def param_values():
             return [1, 2]
+
+
+        def vendor_hook():
+            return 11
+    ''',
+    # A module outside the repository (git-ignored, on sys.path through conftest.py) whose
+    # body calls back into the repository: on 3.12+ the call hook is off while it runs.
+    ".gitignore": "vendor/\n",
+    "conftest.py": '''
+        import os
+        import sys
+
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "vendor"))
+    ''',
+    "vendor/extlib.py": '''
+        import pk.model
+
+        VALUE = pk.model.vendor_hook()
+    ''',
+    "tests/test_f_vendor.py": '''
+        import pk.model  # imported first: no repository module body runs inside extlib's
+
+        import extlib
+
+
+        def test_vendor_value():
+            assert extlib.VALUE == 11
     ''',
     "pk/defaults.py": '''
         from pk.model import Foo, build, compute, helper, label, make_table, param_values, register
@@ -254,6 +281,9 @@ WIDE = [
     pytest.param("pk/model.py", "return [1, 2]", "return [1, 3]",
                  "tests/test_e_params.py::test_param[b]", "no module-level statement",
                  id="also-called-by-pytest-outside-any-module-body"),
+    pytest.param("pk/model.py", "return 11", "return 12",
+                 "tests/test_f_vendor.py::test_vendor_value", "no module-level statement",
+                 id="called-back-from-a-third-party-module-body"),
 ]
 
 

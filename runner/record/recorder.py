@@ -162,7 +162,7 @@ class Recorder:
         """In a forked child: the parent's hooks stop here; the child records on its own."""
         tracing.stop()
         compiled.stop()
-        self.import_calls.stop()
+        self.import_calls.close()
         self._kernel_hook.uninstall()
         if self._lines is not None:
             try:
@@ -383,7 +383,7 @@ class Recorder:
         """Nothing the process does from here on is evidence."""
         tracing.stop()
         compiled.stop()
-        self.import_calls.stop()
+        self.import_calls.close()
         tracing.stop_reading(self._hooked)
         tracing.unpatch_cached_property()
         self._kernel_hook.uninstall()
