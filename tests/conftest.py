@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -35,8 +34,6 @@ os.environ.setdefault("FASTCI_CHECK_INDEX", "1")
 class Project:
     """A throwaway git repository with a Python package and its tests."""
 
-    recorded: subprocess.CompletedProcess | None = None  # the recording `recorded_once` made
-
     def __init__(self, root: Path) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
@@ -51,22 +48,6 @@ class Project:
         project = cls.__new__(cls)
         project.root = root
         return project
-
-    @classmethod
-    def recorded_once(cls, factory, files: dict[str, str], message: str = "base"
-                      ) -> "Project":
-        """A project written, committed and recorded in a folder of its own: a module-scoped
-        fixture's base, which each test then works on a `copy` of."""
-        project = cls(factory.mktemp("base") / "repo")
-        project.write(files)
-        project.commit(message)
-        project.recorded = project.record()
-        return project
-
-    def copy(self, root: Path) -> "Project":
-        """A copy of this repository, evidence included, at `root`."""
-        shutil.copytree(self.root, root, symlinks=True)
-        return Project.at(root)
 
     def git(self, *args: str) -> str:
         return subprocess.run(["git", *args], cwd=self.root, check=True, text=True,

@@ -4,16 +4,14 @@ cache lets a later test run it without compiling at all. Each case writes the ch
 makes a test fail and asserts the test is still selected (runtime/compiled.py's rule: every
 context that entered compiled code is credited with all that was compiled in the session).
 
-One project is recorded once; each test works on its own copy.
+One project is recorded once; each case edits it and restores it.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
-from conftest import Project
+from soundness_world import failing as failed
+from soundness_world import recorded_once
 
 pytest.importorskip("torch")
 
@@ -188,23 +186,7 @@ SCRIPTING = {S + name for name in ("test_decorated_at_import", "test_scripts",
 EAGER = T + "test_unrelated_eager"
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory) -> Project:
-    project = Project.recorded_once(tmp_path_factory, FILES, "compiled")
-    assert "13 passed" in project.recorded.stdout, project.recorded.stdout
-    return project
-
-
-@pytest.fixture
-def repo(recorded, tmp_path) -> Project:
-    return recorded.copy(tmp_path / "repo")
-
-
-def fails_now(project: Project, test_id: str) -> bool:
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           test_id], cwd=project.root, capture_output=True, text=True,
-                          timeout=600)
-    return proc.returncode == 1
+recorded, repo = recorded_once("compiled", FILES)
 
 
 @pytest.mark.parametrize("path,old,new,failing", [
@@ -239,7 +221,7 @@ def test_a_change_to_compiled_code_selects_the_tests_that_ran_it(repo, path, old
     # scripted a function); a test that only ran other code does not.
     expected = COMPILING | SCRIPTING if path == "pkg/scripted.py" else COMPILING
     assert {t for t, d in decisions.items() if d == "selected"} == expected
-    assert fails_now(repo, failing[-1])  # the change really breaks the test
+    assert failing[-1] in failed(repo, failing[-1])  # the change really breaks the test
 
 
 def test_code_no_compiled_test_ran_selects_only_its_own_tests(repo):

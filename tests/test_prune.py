@@ -123,13 +123,19 @@ SECRETIVE = "tests/test_net.py::test_secretive"
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory) -> Project:
-    return Project.recorded_once(tmp_path_factory, NET, "net")
+def recorded(tmp_path_factory):
+    project = Project(tmp_path_factory.mktemp("base") / "repo")
+    project.write(NET)
+    project.commit("net")
+    project.record()
+    return project.root
 
 
 @pytest.fixture
 def net(recorded, tmp_path) -> Project:
-    return recorded.copy(tmp_path / "repo")
+    root = tmp_path / "repo"
+    shutil.copytree(recorded, root, symlinks=True)
+    return Project.at(root)
 
 
 def decisions(project: Project, *args: str) -> dict[str, dict]:
