@@ -300,6 +300,8 @@ def warm(monkeypatch):
 
 
 def test_warm_replays_decide_what_cold_ones_do_and_reuse_their_zygotes(net, warm):
+    from fastci.runner.prune import zygote
+
     net.edit("net/layers.py", "y = x * self.weight", "y = self.weight * x")
     net.edit("net/layers.py", "return x * 3.0", "return x * 3.5")  # Gate: kept
     cold = decisions(net, "--no-prune")  # nothing replayed: no zygote
@@ -311,6 +313,12 @@ def test_warm_replays_decide_what_cold_ones_do_and_reuse_their_zygotes(net, warm
     assert first[SCALE]["decision"] == first[STACK]["decision"] == "skipped"
     assert first[GATE]["decision"] == "selected"
     assert {t for t, d in cold.items() if d["decision"] == "selected"} >= {SCALE, STACK, GATE}
+    # Each zygote learned what its children imported lazily (torch's deterministic switch
+    # pulls in dynamo), and nothing of the repository: every child imports its own tree.
+    for sock in warm.glob("*/*.sock"):
+        learned = zygote.warmed(sock)
+        assert learned and "torch._dynamo" in learned
+        assert not [n for n in learned if n == "net" or n.startswith("net.")]
     # A later change replays again, in the same zygote: the same decisions.
     net.edit("net/layers.py", "return y + 1.0", "return 1.0 + y")
     again = decisions(net)

@@ -4,7 +4,13 @@
 
 A replay process spends most of its life importing torch (seconds) before it replays a call
 (milliseconds). The zygote imports torch, coverage and FastCI's replay code, none of the
-repository's, then serves on a Unix socket in a folder only its user can open (mode 0700;
+repository's. Replays import more of torch lazily (`use_deterministic_algorithms` alone pulls
+in dynamo and sympy, over 800 modules, about a second): each child reports the installed and
+standard-library modules it imported, and the zygote imports them itself between requests, so
+the next children start with them. Nothing of the repository is ever learned: a module is
+learned only when its file lies in a site-packages folder or the standard library (an
+editable install's files lie in the repository), so every child still imports the tree it
+replays. It serves on a Unix socket in a folder only its user can open (mode 0700;
 each peer's uid is checked as well, since a request makes it run code as that user). For
 each request it forks: the child clears and sets its environment, changes to the tree, sends
 its output to a file and runs `replay.main`, exactly what a cold `python -m
@@ -19,13 +25,17 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib
 import json
 import os
+import queue
+import re
 import signal
 import socket
 import struct
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -36,6 +46,8 @@ START_TIMEOUT = 60.0
 MAX_REQUEST = 1 << 20
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes
 RACE_LOST = 3  # a zygote's exit status when another one already serves its path
+MAX_LEARNED = 5000  # module names one child may report
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 def socket_path(environ: dict[str, str]) -> Path:
@@ -69,6 +81,23 @@ def replay(socket_file: Path, environ: dict[str, str], request_file: Path, cwd: 
             return None
     status = answer.get("status") if isinstance(answer, dict) else None
     return status if isinstance(status, int) else None
+
+
+def warmed(socket_file: Path) -> list[str] | None:
+    """The modules the zygote at `socket_file` learned from its children since it started
+    (and imported, where they import), or None when none serves there."""
+    conn = _connect(socket_file)
+    if conn is None:
+        return None
+    with conn:
+        conn.settimeout(10.0)
+        try:
+            _send(conn, {"warmed": True})
+            answer = _receive(conn)
+        except (OSError, ValueError):
+            return None
+    names = answer.get("warmed") if isinstance(answer, dict) else None
+    return names if isinstance(names, list) else None
 
 
 def _connect(path: Path) -> socket.socket | None:
@@ -149,9 +178,12 @@ def serve(path: Path) -> None:
     server.settimeout(1.0)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # so `finally` removes the socket
     running: dict[int, float] = {}
+    learned: queue.Queue[list[str]] = queue.Queue()
+    warm: set[str] = set()
     last = time.monotonic()
     try:
         while running or time.monotonic() - last < idle:
+            _import_learned(learned, warm)  # here, between forks, on the main thread
             try:
                 conn, _ = server.accept()
             except TimeoutError:
@@ -162,12 +194,19 @@ def serve(path: Path) -> None:
                 continue
             try:
                 conn.settimeout(10.0)
-                pid = _fork(_receive(conn))
-            except (OSError, ValueError, KeyError, TypeError):
+                message = _receive(conn)
+                if message.get("warmed"):
+                    _import_learned(learned, warm)
+                    with conn:
+                        _send(conn, {"warmed": sorted(warm)})
+                    continue
+                pid, reports = _fork(message)
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 conn.close()
                 continue
             running[pid] = last
-            threading.Thread(target=_answer, args=(conn, pid, running), daemon=True).start()
+            threading.Thread(target=_answer, args=(conn, pid, reports, running, learned),
+                             daemon=True).start()
     finally:
         server.close()
         path.unlink(missing_ok=True)
@@ -195,25 +234,37 @@ def _peer_uid(conn: socket.socket) -> int | None:
     return struct.unpack("3i", creds)[1]
 
 
-def _answer(conn: socket.socket, pid: int, running: dict) -> None:
+def _answer(conn: socket.socket, pid: int, reports: int, running: dict,
+            learned: queue.Queue) -> None:
+    """Wait for a child, pass on the modules it reports, and answer with its status. The
+    report is read before the wait: a child blocked on a full pipe would never exit."""
     with conn:
+        with os.fdopen(reports, "rb") as pipe:
+            report = pipe.read(MAX_REQUEST + 1)
         _, status = os.waitpid(pid, 0)
         running.pop(pid, None)
+        names = _parse_report(report)
+        if names:
+            learned.put(names)
         try:
             _send(conn, {"status": os.waitstatus_to_exitcode(status)})
         except OSError:
             pass
 
 
-def _fork(message: dict) -> int:
-    """Start the child for one request; its pid."""
+def _fork(message: dict) -> tuple[int, int]:
+    """Start the child for one request: its pid, and the pipe it reports its imports on."""
     request, cwd, env, log = (str(message["request"]), str(message["cwd"]),
                               dict(message["env"]), str(message["log"]))
     timeout = int(message.get("timeout", 600))
+    reader, writer = os.pipe()
     pid = os.fork()
     if pid:
-        return pid
+        os.close(writer)
+        return pid, reader
+    os.close(reader)
     code = 70  # the child: the replay, as a cold process would run it
+    before = set(sys.modules)
     try:
         signal.alarm(max(1, timeout))  # nobody may be waiting for it: it ends itself
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -233,9 +284,66 @@ def _fork(message: dict) -> int:
         traceback.print_exc()
         code = 1
     finally:
+        _report_imports(writer, before)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+# -- learning what replays import ---------------------------------------------------------
+def _report_imports(fd: int, before: set[str]) -> None:
+    """In a child: write the installed modules the replay imported, one name a line."""
+    try:
+        names = [name for name, module in list(sys.modules.items())
+                 if name not in before and _installed(name, module)][:MAX_LEARNED]
+        data = "\n".join(names).encode()[:MAX_REQUEST]
+        with os.fdopen(fd, "wb") as pipe:
+            pipe.write(data)
+    except BaseException:  # noqa: BLE001 - a report is an optimisation, never a failure
+        pass
+
+
+def _installed(name: str, module) -> bool:
+    """Importable the same way in every tree: a built-in, or a file in a site-packages
+    folder or the standard library. An editable install's modules are the repository's
+    own (their files lie in its tree) and are never learned."""
+    if not _MODULE_NAME.fullmatch(name) or name.startswith("__"):
+        return False
+    path = getattr(module, "__file__", None)
+    if not isinstance(path, str):
+        return name in sys.builtin_module_names
+    real = Path(os.path.realpath(path))
+    return bool({"site-packages", "dist-packages"} & set(real.parts)) or any(
+        real.is_relative_to(lib) for lib in _STDLIB)
+
+
+_STDLIB = tuple({Path(os.path.realpath(sysconfig.get_paths()[k])) for k in ("stdlib",
+                                                                           "platstdlib")})
+
+
+def _parse_report(data: bytes) -> list[str]:
+    if len(data) > MAX_REQUEST:
+        return []
+    names = data.decode(errors="replace").splitlines()[:MAX_LEARNED]
+    return [n for n in names if _MODULE_NAME.fullmatch(n)]
+
+
+def _import_learned(learned: queue.Queue, warm: set[str]) -> None:
+    """Import, in the zygote, what its children reported, parents first. A module that
+    fails to import is remembered too, and never tried again."""
+    while True:
+        try:
+            names = learned.get_nowait()
+        except queue.Empty:
+            return
+        for name in sorted(set(names) - warm, key=lambda n: (n.count("."), n)):
+            warm.add(name)
+            if name in sys.modules:
+                continue
+            try:
+                importlib.import_module(name)
+            except BaseException:  # noqa: BLE001 - the children import it themselves
+                continue
 
 
 if __name__ == "__main__":
