@@ -89,8 +89,9 @@ class DeferredReplayer:
             if not target.exists():
                 shutil.copyfile(path, target)
             captures[digest] = target
+        settle = item.settle and replace(item.settle, settled=moved(item.settle.settled))
         return replace(item, root=root, captures=captures, save=moved(item.save),
-                       compare=moved(item.compare))
+                       compare=moved(item.compare), settle=settle)
 
 
 class AnsweringReplayer:

@@ -201,6 +201,9 @@ class Engine:
         else:
             note = (f"pruning kept all {len(outcome.kept)} candidate tests"
                     if outcome.kept else None)
+        if note and outcome.skipped:
+            note += (f"; {outcome.skipped} replays skipped, as every test that needed them "
+                     "stayed selected")
         if note:
             outcome = replace(outcome, selection=replace(
                 outcome.selection, notes=(*outcome.selection.notes, note)))

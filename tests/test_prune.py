@@ -194,6 +194,23 @@ def test_a_test_is_kept_when_pruning_cannot_prove_it_unchanged(net, case):
         assert net.fastci("run", "-q", check=False).returncode == 1
 
 
+def test_a_replay_stops_where_it_can_change_no_decision(net):
+    # test_stack_trains needs two Scale calls (one per instance). The numbers change: the
+    # first call replayed under the new code differs, which keeps the test whatever the
+    # second shows, so the second is not replayed there; the reason names the first.
+    # (The equivalent change above, where both calls are replayed and the test pruned, is
+    # the other half: nothing a pruning decision needs is ever skipped.)
+    net.edit("net/layers.py", "return y + 1.0", "return y + 1.5")
+    result = net.select()
+    assert {t["id"]: t for t in result["tests"]}[STACK]["decision"] == "selected"
+    assert any("replays skipped, as every test that needed them stayed selected" in n
+               for n in result["notes"])
+    explained = net.fastci("explain", "-q", STACK).stdout
+    assert "Scale under the new code differs at out" in explained
+    assert "not replayed" not in explained
+    assert net.fastci("run", "-q", check=False).returncode == 1
+
+
 def test_an_added_method_is_pruned_unless_it_overrides_an_inherited_one(net):
     net.edit("net/layers.py", "    def forward(self, x):\n        y = x * self.weight",
              "    def describe(self):\n        return 'scale'\n\n"

@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from fastci.runner.git import WORKTREE, Repo
-from fastci.runner.prune.replayers import LocalReplayer, Replayer, ReplayItem
+from fastci.runner.prune import settle
+from fastci.runner.prune.replayers import LocalReplayer, Replayer, ReplayItem, Settle
+from fastci.runner.prune.settle import SKIPPED, differences, unlike_recorded
 from fastci.runner.selection.report import Selection
 
 if TYPE_CHECKING:
@@ -58,6 +60,7 @@ class PruneOutcome:
     head_lines: Mapping[str, Mapping[str, tuple[int, ...]]] = field(default_factory=dict)
     seconds: float = 0.0
     replay_seconds: float = 0.0
+    skipped: int = 0  # replays not run: every test that needed them stayed selected
 
 
 def candidates(selection: Selection, snapshot, old_inventories
@@ -150,7 +153,7 @@ def prune(repo: Repo, store: EvidenceStore, selection: Selection, snapshot, head
         envs = {d: {k: v for k, v in cand.env.get(d, {}).items() if not k.startswith("FASTCI_")}
                 for cand in found for d in cand.captures}
         replays.run(digests, classes, sorted({p for c in _all_captures(snapshot, found)
-                                              for p in c}), envs)
+                                              for p in c}), envs, found)
     pruned, head_lines = {}, {}
     decisions = {d.test_id: d for d in selection.decisions}
     for cand in found:
@@ -168,9 +171,11 @@ def prune(repo: Repo, store: EvidenceStore, selection: Selection, snapshot, head
         head_lines[cand.test_id] = {p: tuple(sorted(ls)) for p, ls in lines.items()}
     replay_seconds = sum(r.get("seconds", 0.0) for r in
                          [*replays.old.values(), *replays.new.values()])
+    skipped = sum(r.get("error") == SKIPPED for r in [*replays.old.values(),
+                                                      *replays.new.values()])
     new_selection = _apply(selection, pruned, mode)
     return PruneOutcome(new_selection, pruned, kept, head_lines,
-                        time.perf_counter() - started, replay_seconds)
+                        time.perf_counter() - started, replay_seconds, skipped)
 
 
 class _Replays:
@@ -186,11 +191,14 @@ class _Replays:
         self.overrides: dict[str, dict] = {}
         self.missing: set[str] = set()
         self.corrupt: set[str] = set()  # stored bytes that do not hash to their digest
+        self.found: list[Candidate] = []
 
     def run(self, digests: list[str], classes: list, sys_path: list[str],
-            envs: dict[str, dict] | None = None) -> None:
-        """Replay `digests`, one pair of processes per distinct session environment."""
+            envs: dict[str, dict] | None = None, found: list[Candidate] = ()) -> None:
+        """Replay `digests`, one pair of processes per distinct session environment;
+        `found`, the candidates, lets a replay skip what can change no decision."""
         envs = envs or {}
+        self.found = list(found)
         groups: dict[str, list[str]] = defaultdict(list)
         for digest in digests:
             groups[json.dumps(sorted(envs.get(digest, {}).items()))].append(digest)
@@ -230,12 +238,17 @@ class _Replays:
             if (todo_new or classes) else None
         first: list[ReplayItem] = []
         second: list[ReplayItem] = []
+        settle_old = settle_new = None
+        if not tolerance:  # a tolerance replay may accept what differs: it skips nothing
+            settle_old, settle_new, todo_old, todo_new = self._settling(
+                set(blobs), todo_old, todo_new, self.tmp / f"settled-{tag}")
         if old_root:
             first.append(ReplayItem(f"old-{tag}", Path(old_root), todo_old, sys_path, env=env,
-                                    save=tensors if tolerance else None))
+                                    save=tensors if tolerance else None, settle=settle_old))
         if new_root:
             new = ReplayItem(f"new-{tag}", Path(new_root), todo_new, sys_path, env=env,
-                             overrides=classes, compare=tensors if tolerance else None)
+                             overrides=classes, compare=tensors if tolerance else None,
+                             settle=settle_new)
             # a tolerance replay compares against the tensors the old one saved: after it
             (second if tolerance else first).append(new)
         outputs = self.replayer.run(self.tmp, [s for s in (first, second) if s])
@@ -248,6 +261,25 @@ class _Replays:
                  if d in todo_old and not r.get("error")} |
                 {f"{d}:{new_key}:{self.mode}": r for d, r in self.new.items()
                  if d in todo_new and not r.get("error")})
+
+    def _settling(self, mine: set[str], todo_old: dict, todo_new: dict, settled: Path):
+        """What lets this group's two processes skip calls that can change no decision
+        (`settle.py`), and the order each replays its calls in."""
+        cands = [c for c in self.found if mine & set(c.captures)]
+        groups = [[d for d in c.captures if d in mine] for c in cands]
+        recorded = [{d: c.recorded[d] for d in g} for c, g in zip(cands, groups)]
+        # a cached replay of the new code that contradicts a test's recording settles it
+        settled.write_text("".join(
+            f"{i}\n" for i, g in enumerate(groups)
+            if any(d not in todo_new and d in self.new and (
+                self.new[d].get("error") or unlike_recorded(self.new[d]["fingerprints"],
+                                                            recorded[i][d])) for d in g)))
+        ranked = settle.order(todo_new, groups)
+        # the evidence's tree runs beside it from the other end: by the time it reaches
+        # what the new tree replays first, that has settled what it could
+        backwards = list(reversed(settle.order(todo_old, groups)))
+        return (Settle(groups, settled), Settle(groups, settled, recorded),
+                {d: todo_old[d] for d in backwards}, {d: todo_new[d] for d in ranked})
 
     def _root(self, tree, name: str, todo: dict, results: dict, worktree: bool = False):
         if worktree:
@@ -277,51 +309,71 @@ def _judge(cand: Candidate, replays: _Replays, tolerance: bool) -> tuple[str | N
             return (f"{qualname} gained {', '.join(found['overriding'])}, overriding an "
                     "inherited attribute"), {}
         checked.append({"class": f"{path}::{qualname}", "added": list(names)})
-    for digest in cand.captures:
-        name = cand.modules[digest].rsplit(".", 1)[-1]
-        if digest in replays.missing:
-            return f"the saved {name} call is missing from the store", {}
-        if digest in replays.corrupt:
-            return (f"the saved {name} call does not match its digest "
-                    f"{digest[:12]} (never loaded)"), {}
-        before, after = replays.old.get(digest), replays.new.get(digest)
-        if before is None or after is None:
-            return f"{name} was not replayed", {}
-        for label, result in (("the evidence's code", before), ("the new code", after)):
-            if result.get("error"):
-                return f"replaying {name} under {label} failed: {result['error']}", {}
-        recorded = cand.recorded[digest]
-        # The recording kept hashes only: compare what it kept.
-        drift = differences({k: {f: v.get(f) for f in recorded[k]} if "error" not in v else v
-                             for k, v in before["fingerprints"].items() if k in recorded},
-                            recorded)
-        if drift:
-            return (f"replaying {name} under the evidence's own code did not reproduce what "
-                    f"the test computed ({', '.join(drift[:3])}): the call depends on more "
-                    "than its module and arguments"), {}
-        unrun = _lines_not_replayed(cand.lines.get(digest, {}), before.get("lines"))
-        if unrun:
-            return (f"replaying {name} under the evidence's own code did not run {unrun}, "
-                    "which the test ran in that call: the replay took another path (an "
-                    "environment or global state it cannot see)"), {}
-        if tolerance:
-            close = after.get("close", {})
-            bad = [p for p, v in close.items() if v != "ok"] or ([] if close else ["*"])
-            if bad:
-                return (f"{name} under the new code differs beyond tolerance at "
-                        f"{', '.join(bad[:3])}"), {}
-        else:
-            diff = differences(before["fingerprints"], after["fingerprints"])
-            if diff:
-                return f"{name} under the new code differs at {', '.join(diff[:3])}", {}
-        replayed.append({
-            "module": cand.modules[digest], "capture": digest,
-            "fingerprints": len(after["fingerprints"]),
-            "before": _hashes(before["fingerprints"]), "after": _hashes(after["fingerprints"]),
-            "replay_seconds": round(before.get("seconds", 0.0) + after.get("seconds", 0.0), 4)})
+    # A capture skipped because the test is settled by another: that other one says why.
+    for digest in sorted(cand.captures, key=lambda d: _skipped(replays, d)):
+        why, entry = _judge_capture(cand, replays, digest, tolerance)
+        if why:
+            return why, {}
+        replayed.append(entry)
     return None, {"mode": "tolerance" if tolerance else "exact", "replayed": replayed,
                   "classes": checked,
                   "replay_seconds": round(sum(r["replay_seconds"] for r in replayed), 4)}
+
+
+def _judge_capture(cand: Candidate, replays: _Replays, digest: str, tolerance: bool
+                   ) -> tuple[str | None, dict]:
+    """Why one capture keeps the test, or what its replays showed."""
+    name = cand.modules[digest].rsplit(".", 1)[-1]
+    if digest in replays.missing:
+        return f"the saved {name} call is missing from the store", {}
+    if digest in replays.corrupt:
+        return (f"the saved {name} call does not match its digest "
+                f"{digest[:12]} (never loaded)"), {}
+    before, after = replays.old.get(digest), replays.new.get(digest)
+    if before is None or after is None:
+        return f"{name} was not replayed", {}
+    if before.get("error") == SKIPPED and not after.get("error"):
+        unlike = unlike_recorded(after["fingerprints"], cand.recorded[digest])
+        if unlike:
+            return (f"{name} under the new code differs at {', '.join(unlike[:3])} (from "
+                    "what the test computed)"), {}
+    for label, result in (("the evidence's code", before), ("the new code", after)):
+        if result.get("error"):
+            return f"replaying {name} under {label} failed: {result['error']}", {}
+    recorded = cand.recorded[digest]
+    drift = unlike_recorded(before["fingerprints"], recorded)
+    if drift:
+        return (f"replaying {name} under the evidence's own code did not reproduce what "
+                f"the test computed ({', '.join(drift[:3])}): the call depends on more "
+                "than its module and arguments"), {}
+    unrun = _lines_not_replayed(cand.lines.get(digest, {}), before.get("lines"))
+    if unrun:
+        return (f"replaying {name} under the evidence's own code did not run {unrun}, "
+                "which the test ran in that call: the replay took another path (an "
+                "environment or global state it cannot see)"), {}
+    if tolerance:
+        close = after.get("close", {})
+        bad = [p for p, v in close.items() if v != "ok"] or ([] if close else ["*"])
+        if bad:
+            return (f"{name} under the new code differs beyond tolerance at "
+                    f"{', '.join(bad[:3])}"), {}
+    else:
+        diff = differences(before["fingerprints"], after["fingerprints"])
+        if diff:
+            return f"{name} under the new code differs at {', '.join(diff[:3])}", {}
+    return None, {
+        "module": cand.modules[digest], "capture": digest,
+        "fingerprints": len(after["fingerprints"]),
+        "before": _hashes(before["fingerprints"]), "after": _hashes(after["fingerprints"]),
+        "replay_seconds": round(before.get("seconds", 0.0) + after.get("seconds", 0.0), 4)}
+
+
+def _skipped(replays: _Replays, digest: str) -> int:
+    """0: replayed on both trees; 1: under the new code only (which may say why); 2: not
+    under the new code."""
+    if (replays.new.get(digest) or {}).get("error") == SKIPPED:
+        return 2
+    return int((replays.old.get(digest) or {}).get("error") == SKIPPED)
 
 
 def _lines_not_replayed(recorded: Mapping[str, list[int]], replayed) -> str | None:
@@ -333,16 +385,6 @@ def _lines_not_replayed(recorded: Mapping[str, list[int]], replayed) -> str | No
         if missing:
             return f"{path}:{_span(missing)}"
     return None
-
-
-def differences(before: Mapping[str, dict], after: Mapping[str, dict]) -> list[str]:
-    """Fingerprint paths that differ (or exist on one side only, or failed), in order."""
-    out = []
-    for path in sorted(set(before) | set(after)):
-        a, b = before.get(path), after.get(path)
-        if a is None or b is None or "error" in a or "error" in b or a != b:
-            out.append(path)
-    return out
 
 
 def _hashes(prints: dict) -> dict:

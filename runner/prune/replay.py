@@ -12,7 +12,9 @@ reported per capture, never raised: the caller keeps such tests selected.
 
 With `trace`, coverage records the lines each replay ran (under the new code these become
 part of a pruned test's evidence). With `save_tensors` the tensors are kept for a later
-tolerance comparison (`compare_to`) by `fastci.kernels.compare`.
+tolerance comparison (`compare_to`) by `fastci.kernels.compare`. With `settle` (exact
+pruning) the process skips captures whose tests stay selected whatever it finds
+(`settle.py`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import sys
 import time
 import traceback
 from typing import TypedDict
+
+from fastci.runner.prune.settle import SKIPPED, Settled
 
 UPSTREAM_SEED = 20261129
 
@@ -51,12 +55,19 @@ def main(argv: list[str]) -> int:
         cov = coverage.Coverage(data_file=None, source=[root], config_file=False,
                                 messages=False)
         cov.start()
-    results = {}
+    settled = _settled(request)
+    results: dict[str, ReplayResult] = {}
     for digest, path in request["captures"].items():
+        if settled is not None and settled.skip(digest):
+            results[digest] = {"fingerprints": {}, "error": SKIPPED, "seconds": 0.0,
+                               "load_seconds": 0.0}
+            continue
         if cov is not None:
             cov.switch_context(digest)
         results[digest] = replay(path, root, request.get("save_tensors"),
                                  request.get("compare_to"), digest)
+        if settled is not None:
+            settled.replayed(digest, results[digest])
     overrides = {}
     for path, qualname, names in request.get("overrides", []):
         overrides[f"{path}::{qualname}"] = inherited(path, qualname, names)
@@ -79,13 +90,25 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def _settled(request: dict) -> Settled | None:
+    """With `settle` (exact pruning), which captures this process may skip."""
+    plan = request.get("settle")
+    if not plan:
+        return None
+    return Settled(plan["groups"], plan["settled"], plan.get("recorded"))
+
+
 def _resolved(request: dict, base: str) -> dict:
     """Paths in a request are relative to the request file's folder (a replay pack unpacked
     on a runner) unless absolute (the local CLI's temporary folder)."""
     def at(path):
         return path if path is None else os.path.join(base, path)
 
+    settle = request.get("settle")
+    if settle:
+        settle = {**settle, "settled": at(settle["settled"])}
     return {**request, "root": at(request["root"]), "out": at(request["out"]),
+            "settle": settle,
             "captures": {d: at(p) for d, p in request["captures"].items()},
             "save_tensors": at(request.get("save_tensors")),
             "compare_to": at(request.get("compare_to"))}

@@ -36,6 +36,15 @@ MAX_OUTPUT_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
+class Settle:
+    """What lets a replay process skip captures that can change no decision (`settle.py`)."""
+
+    groups: list[list[str]]
+    settled: Path
+    recorded: list[dict[str, dict]] = field(default_factory=list)  # per group (new tree)
+
+
+@dataclass(frozen=True)
 class ReplayItem:
     """One replay process: the tree `root`, the captures to replay there, and what to do."""
 
@@ -48,6 +57,9 @@ class ReplayItem:
     env: dict[str, str] = field(default_factory=dict)
     save: Path | None = None  # keep tensors here (tolerance)
     compare: Path | None = None  # compare against the tensors kept here
+    # exact pruning: the captures each candidate test needs, the file where the new tree's
+    # process notes settled captures, and (new tree only) the recorded fingerprints
+    settle: Settle | None = None
 
     def request(self, out: Path, base: Path | None = None) -> dict:
         """The JSON `replay.py` reads (writing its results to `out`); with `base`, every
@@ -60,7 +72,10 @@ class ReplayItem:
         return {"root": at(self.root), "captures": {d: at(p) for d, p in self.captures.items()},
                 "overrides": [list(c) for c in self.overrides], "sys_path": self.sys_path,
                 "trace": self.trace, "env": self.env, "out": at(out),
-                "save_tensors": at(self.save), "compare_to": at(self.compare)}
+                "save_tensors": at(self.save), "compare_to": at(self.compare),
+                "settle": None if self.settle is None else {
+                    "groups": self.settle.groups, "settled": at(self.settle.settled),
+                    "recorded": self.settle.recorded}}
 
     def failed(self, why: str) -> dict:
         return {"captures": {d: {"error": why} for d in self.captures}}
@@ -225,10 +240,27 @@ def items_from(steps: list[list[dict]], base: Path) -> Steps:
                 trace=bool(raw.get("trace")), overrides=list(raw.get("overrides", [])),
                 env={str(k): str(v) for k, v in dict(raw.get("env", {})).items()},
                 save=at(raw["save_tensors"]) if raw.get("save_tensors") else None,
-                compare=at(raw["compare_to"]) if raw.get("compare_to") else None))
+                compare=at(raw["compare_to"]) if raw.get("compare_to") else None,
+                settle=_settle(raw.get("settle"), at)))
         out.append(items)
     return out
 
 
-__all__ = ["LocalReplayer", "ReplayItem", "Replayer", "Steps", "items_from", "pack",
+def _settle(raw, at) -> Settle | None:
+    """A step's `settle`, checked: lists of digests, a path in the pack, recorded leaves as
+    plain mappings (a runner only compares them)."""
+    if not raw:
+        return None
+    groups = raw["groups"]
+    if not isinstance(groups, list) or not all(isinstance(g, list) for g in groups):
+        raise ValueError("a replay step's groups are not lists of captures")
+    groups = [[str(d) for d in group] for group in groups]
+    recorded = raw.get("recorded") or []
+    if not isinstance(recorded, list):
+        raise ValueError("a replay step's recorded fingerprints are not a list")
+    recorded = [{str(d): {str(k): dict(v) for k, v in dict(prints).items()}
+                 for d, prints in dict(calls).items()} for calls in recorded]
+    return Settle(groups, at(raw["settled"]), recorded)
+
+__all__ = ["LocalReplayer", "ReplayItem", "Replayer", "Settle", "Steps", "items_from", "pack",
            "read_output"]

@@ -14,7 +14,7 @@ import tarfile
 import pytest
 
 from fastci.runner.execution.validate import InvalidResult, replay_output
-from fastci.runner.prune.replayers import ReplayItem, items_from, pack, read_output
+from fastci.runner.prune.replayers import ReplayItem, Settle, items_from, pack, read_output
 
 DIGEST = "a" * 64
 
@@ -38,7 +38,9 @@ def test_a_pack_holds_the_trees_and_captures_and_its_steps_name_them_relatively(
     old = ReplayItem("old-g0", scratch / "old", capture, ["src"], env={"A": "1"},
                      save=scratch / "tensors-g0")
     new = ReplayItem("new-g0", scratch / "new", capture, compare=scratch / "tensors-g0",
-                     overrides=[["net/layers.py", "Scale", ["describe"]]])
+                     overrides=[["net/layers.py", "Scale", ["describe"]]],
+                     settle=Settle([[DIGEST]], scratch / "settled-g0",
+                                   [{DIGEST: {"out": {"hash": "aa"}}}]))
     steps = pack(scratch, [[old], [new]], tmp_path / "pack.tar.gz")
     with tarfile.open(tmp_path / "pack.tar.gz") as tar:
         names = set(tar.getnames())
@@ -55,11 +57,19 @@ def test_a_pack_holds_the_trees_and_captures_and_its_steps_name_them_relatively(
     assert old_back.root == tmp_path / "unpacked" / "old"
     assert old_back.save == tmp_path / "unpacked" / "tensors-g0"
     assert new_back.overrides == [["net/layers.py", "Scale", ["describe"]]]
+    assert steps[1][0]["settle"]["settled"] == "settled-g0"
+    assert new_back.settle == Settle([[DIGEST]], tmp_path / "unpacked" / "settled-g0",
+                                     [{DIGEST: {"out": {"hash": "aa"}}}])
+    assert old_back.settle is None
 
 
 @pytest.mark.parametrize("field,value", [
     ("root", "/etc"), ("root", "../../worker"), ("out", "../x"),
-    ("save_tensors", "/root/.ssh"), ("name", "../../evil"), ("name", "x" * 100)])
+    ("save_tensors", "/root/.ssh"), ("name", "../../evil"), ("name", "x" * 100),
+    ("settle", {"groups": [[DIGEST]], "settled": "/home/runner/.bashrc"}),
+    ("settle", {"groups": [[DIGEST]], "settled": "../settled"}),
+    ("settle", {"groups": "not a list of lists", "settled": "settled"}),
+    ("settle", {"groups": [[DIGEST]], "settled": "settled", "recorded": {"a": 1}})])
 def test_a_step_cannot_point_outside_its_pack(tmp_path, field, value):
     step = {"name": "old-g0", "root": "old", "captures": {DIGEST: f"captures/{DIGEST}"},
             "out": "old-g0.json", "save_tensors": None, "compare_to": None}

@@ -1,0 +1,90 @@
+"""When a replay may stop early: a capture whose every test is already kept selected.
+
+A test can be pruned only when every capture it needs replays identically. Under exact
+pruning a capture whose replay under the new code differs from what the test recorded
+settles each test that needs it: whatever the evidence's code replays to, that test stays
+selected (either the old replay reproduces the recording, and then old and new differ, or
+it does not, and the replay is not trusted). Once every test that needs a capture is
+settled, replaying it can change no decision, so the replay processes skip it.
+
+The new tree's process learns which tests are settled and appends their numbers to a file
+in the scratch folder; the evidence's tree's process, which runs beside it, reads the
+file before each capture and skips the same ones. Skipping only ever keeps tests selected:
+a skipped capture comes back as an error, and an error keeps its tests.
+
+Plain data only (no torch): the replay process and `decide.py` both use it.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+SKIPPED = "not replayed: every test that needs it stays selected already"
+
+
+def differences(before: Mapping[str, dict], after: Mapping[str, dict]) -> list[str]:
+    """Fingerprint paths that differ (or exist on one side only, or failed), in order."""
+    out = []
+    for path in sorted(set(before) | set(after)):
+        a, b = before.get(path), after.get(path)
+        if a is None or b is None or "error" in a or "error" in b or a != b:
+            out.append(path)
+    return out
+
+
+def unlike_recorded(prints: Mapping[str, dict], recorded: Mapping[str, dict]) -> list[str]:
+    """Where a replay's fingerprints differ from what the test recorded. The recording kept
+    some fields of each leaf (hashes, not the tolerance summaries): compare those."""
+    return differences({k: {f: v.get(f) for f in recorded[k]} if "error" not in v else v
+                        for k, v in prints.items() if k in recorded}, recorded)
+
+
+def order(digests: Iterable[str], groups: list[list[str]]) -> list[str]:
+    """The new tree's replay order: captures that more tests need first, so that a change
+    that alters them settles the most tests soonest."""
+    need: dict[str, int] = {}
+    for group in groups:
+        for digest in group:
+            need[digest] = need.get(digest, 0) + 1
+    return sorted(digests, key=lambda d: (-need.get(d, 0), d))
+
+
+class Settled:
+    """Which captures a replay process may skip. `groups`: the captures each candidate test
+    needs; `recorded` (the new tree's process only): per group, what that test recorded of
+    each of its calls. Two tests may share a capture yet have recorded different results of
+    it (the evidence's code replays to one of them at most), so a result settles the tests
+    whose own recording it contradicts, never the capture as a whole."""
+
+    def __init__(self, groups: list[list[str]], settled_file: str,
+                 recorded: list[Mapping[str, Mapping[str, dict]]] | None = None) -> None:
+        self.groups = [set(g) for g in groups]
+        self.settled_file = settled_file
+        self.recorded = recorded or []
+        self.settled: set[int] = set()
+
+    def skip(self, digest: str) -> bool:
+        """Is every test that needs `digest` settled already? A capture no group names is
+        never skipped."""
+        self._read()
+        mine = [i for i, g in enumerate(self.groups) if digest in g]
+        return bool(mine) and all(i in self.settled for i in mine)
+
+    def replayed(self, digest: str, result: Mapping) -> None:
+        """Note a capture's result under the new code: the tests whose recording of it the
+        result contradicts (or all that need it, if it failed) are settled."""
+        newly = [i for i, (g, rec) in enumerate(zip(self.groups, self.recorded))
+                 if digest in g and i not in self.settled and digest in rec and (
+                     result.get("error") or
+                     unlike_recorded(result.get("fingerprints") or {}, rec[digest]))]
+        if newly:
+            self.settled.update(newly)
+            with open(self.settled_file, "a") as f:
+                f.write("".join(f"{i}\n" for i in newly))
+
+    def _read(self) -> None:
+        try:
+            with open(self.settled_file) as f:
+                self.settled |= {int(line) for line in f if line.strip().isdigit()}
+        except OSError:
+            pass  # nothing settled yet
