@@ -8,7 +8,15 @@ warm replays (forks of a zygote that imported torch once; started by an untimed 
 The store's cached replays are dropped before each pruning run, so every run replays both
 the evidence's code and the new code. Prints medians and the worst run (p99 at this count).
 
+With `--mutants N` it times instead the mutation benchmark's mutants (bench/mutants.py,
+the same seed and counts as bench/selection.py) one after another: `fastci select` without
+and with pruning (warm) on each, the cached replays dropped first. It prints p50, p99 and
+the worst, and a row per mutant where pruning pruned a test or added over half a second.
+No ground truth is needed: this measures latency, and bench/selection.py what the
+selections are worth.
+
     python bench/prune_latency.py [--repeat 5]
+    python bench/prune_latency.py --mutants 40 --benign 8 --seed 0
 """
 
 from __future__ import annotations
@@ -66,7 +74,13 @@ def forget_replays(store: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--mutants", type=int, default=0,
+                        help="time the mutation benchmark's mutants instead")
+    parser.add_argument("--benign", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if args.mutants:
+        return over_mutants(args.mutants, args.benign, args.seed)
     from fastci.runner.prune import zygote
 
     with tempfile.TemporaryDirectory(prefix="fastci-prune-bench-") as name:
@@ -101,6 +115,58 @@ def main() -> None:
         median = statistics.median(values)
         print(f"| {mode:<24} | {median:.2f} | {max(values):.2f} | {median - plain:+.2f} s | "
               f"{summary[mode]} |")
+
+
+def over_mutants(count: int, benign: int, seed: int) -> None:
+    """p50 and p99 of `fastci select` without and with pruning over the mutants."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from mutants import generate  # noqa: PLC0415 (bench/ is no package)
+
+    from fastci.runner.prune import zygote  # noqa: PLC0415
+
+    mutants = generate(TINYLLM, "tinyllm", count, benign, seed)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="fastci-prune-bench-") as name:
+        sockets = Path(tempfile.mkdtemp(prefix="fz-"))
+        env = {**os.environ, "XDG_RUNTIME_DIR": str(sockets), "FASTCI_ZYGOTE_IDLE": "120",
+               "FASTCI_WARM_REPLAYS": "1"}
+        try:
+            repo, store = setup(Path(name))
+            # the refactor's replays start the zygote and teach it torch's lazy imports,
+            # as any earlier change would have: not a mutant's cost
+            started, _ = select(repo, store, env)
+            run(repo, "git", "checkout", "-q", "--", ".")  # the recorded tree again
+            for m in mutants:
+                m.apply(repo)
+                plain, line = select(repo, store, env, "--no-prune")
+                forget_replays(store)
+                pruning, pruned_line = select(repo, store, env)
+                run(repo, "git", "checkout", "-q", "--", m.path)
+                rows.append((m.id, plain, pruning, line, pruned_line))
+        finally:
+            for sock in sockets.glob("*/*.sock"):
+                zygote.stop(sock)
+            shutil.rmtree(sockets, ignore_errors=True)
+    print(f"tinyllm, {len(mutants)} mutants (seed {seed}), `fastci select` per mutant, "
+          f"cached replays dropped before each pruning run (the warm-up that started the "
+          f"zygote: {started:.2f} s)\n")
+    print("| selection | p50 s | p99 s | worst s |")
+    print("| --- | ---: | ---: | ---: |")
+    for label, values in (("without pruning", [r[1] for r in rows]),
+                          ("with pruning (warm)", [r[2] for r in rows])):
+        print(f"| {label} | {statistics.median(values):.2f} | {_p99(values):.2f} | "
+              f"{max(values):.2f} |")
+    print("\n| mutant | without s | with s | without | with |")
+    print("| --- | ---: | ---: | --- | --- |")
+    for mid, plain, pruning, line, pruned_line in rows:
+        if pruned_line != line or pruning - plain > 0.5:
+            print(f"| {mid} | {plain:.2f} | {pruning:.2f} | {line} | {pruned_line} |")
+
+
+def _p99(values: list[float]) -> float:
+    """The 99th percentile, interpolated (with under 100 values, near the worst)."""
+    return statistics.quantiles(values, n=100, method="inclusive")[98] if len(values) > 1 \
+        else values[0]
 
 
 if __name__ == "__main__":
