@@ -23,7 +23,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from fastci.runner.git import WORKTREE, Repo
 from fastci.runner.prune import settle
@@ -194,7 +194,7 @@ class _Replays:
         self.found: list[Candidate] = []
 
     def run(self, digests: list[str], classes: list, sys_path: list[str],
-            envs: dict[str, dict] | None = None, found: list[Candidate] = ()) -> None:
+            envs: dict[str, dict] | None = None, found: Sequence[Candidate] = ()) -> None:
         """Replay `digests`, one pair of processes per distinct session environment;
         `found`, the candidates, lets a replay skip what can change no decision."""
         envs = envs or {}
