@@ -14,10 +14,6 @@ from pathlib import Path
 
 import pytest
 
-# GitHub's recordings, where they lie beside the checkout: only the fixtures' cross-check
-# (test_fixtures_contract.py) reads them; every other test uses the project's own fixtures.
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-
 # Triton picks interpreter or compiler when a kernel module is first imported, in whichever
 # test module imports one first: without an NVIDIA GPU the kernel tests need the interpreter,
 # so it is chosen here, before any test module is imported.
