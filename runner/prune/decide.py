@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from fastci.runner.git import WORKTREE, Repo
 from fastci.runner.prune import settle
-from fastci.runner.prune.replayers import LocalReplayer, Replayer, ReplayItem, Settle
+from fastci.runner.prune.replayers import LocalReplayer, Replayer, ReplayItem, SettlePlan
 from fastci.runner.prune.settle import SKIPPED, differences, unlike_recorded
 from fastci.runner.selection.report import Selection
 
@@ -269,16 +269,18 @@ class _Replays:
         groups = [[d for d in c.captures if d in mine] for c in cands]
         recorded = [{d: c.recorded[d] for d in g} for c, g in zip(cands, groups)]
         # a cached replay of the new code that contradicts a test's recording settles it
-        settled.write_text("".join(
-            f"{i}\n" for i, g in enumerate(groups)
-            if any(d not in todo_new and d in self.new and (
-                self.new[d].get("error") or unlike_recorded(self.new[d]["fingerprints"],
-                                                            recorded[i][d])) for d in g)))
+        cached = {d: self.new[d] for d in mine - set(todo_new) if d in self.new}
+
+        def contradicted(i: int) -> bool:
+            return any(r.get("error") or unlike_recorded(r["fingerprints"], recorded[i][d])
+                       for d, r in cached.items() if d in recorded[i])
+
+        settled.write_text("".join(f"{i}\n" for i in range(len(groups)) if contradicted(i)))
         ranked = settle.order(todo_new, groups)
         # the evidence's tree runs beside it from the other end: by the time it reaches
         # what the new tree replays first, that has settled what it could
         backwards = list(reversed(settle.order(todo_old, groups)))
-        return (Settle(groups, settled), Settle(groups, settled, recorded),
+        return (SettlePlan(groups, settled), SettlePlan(groups, settled, recorded),
                 {d: todo_old[d] for d in backwards}, {d: todo_new[d] for d in ranked})
 
     def _root(self, tree, name: str, todo: dict, results: dict, worktree: bool = False):

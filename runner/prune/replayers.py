@@ -36,7 +36,7 @@ MAX_OUTPUT_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
-class Settle:
+class SettlePlan:
     """What lets a replay process skip captures that can change no decision (`settle.py`)."""
 
     groups: list[list[str]]
@@ -58,8 +58,8 @@ class ReplayItem:
     save: Path | None = None  # keep tensors here (tolerance)
     compare: Path | None = None  # compare against the tensors kept here
     # exact pruning: the captures each candidate test needs, the file where the new tree's
-    # process notes settled captures, and (new tree only) the recorded fingerprints
-    settle: Settle | None = None
+    # process notes the tests it settled, and (new tree only) what each test recorded
+    settle: SettlePlan | None = None
 
     def request(self, out: Path, base: Path | None = None) -> dict:
         """The JSON `replay.py` reads (writing its results to `out`); with `base`, every
@@ -246,7 +246,7 @@ def items_from(steps: list[list[dict]], base: Path) -> Steps:
     return out
 
 
-def _settle(raw, at) -> Settle | None:
+def _settle(raw, at) -> SettlePlan | None:
     """A step's `settle`, checked: lists of digests, a path in the pack, recorded leaves as
     plain mappings (a runner only compares them)."""
     if not raw:
@@ -260,7 +260,7 @@ def _settle(raw, at) -> Settle | None:
         raise ValueError("a replay step's recorded fingerprints are not a list")
     recorded = [{str(d): {str(k): dict(v) for k, v in dict(prints).items()}
                  for d, prints in dict(calls).items()} for calls in recorded]
-    return Settle(groups, at(raw["settled"]), recorded)
+    return SettlePlan(groups, at(raw["settled"]), recorded)
 
-__all__ = ["LocalReplayer", "ReplayItem", "Replayer", "Settle", "Steps", "items_from", "pack",
-           "read_output"]
+__all__ = ["LocalReplayer", "ReplayItem", "Replayer", "SettlePlan", "Steps", "items_from",
+           "pack", "read_output"]

@@ -1,8 +1,8 @@
 """When a replay may stop early: a capture whose every test is already kept selected.
 
 A test can be pruned only when every capture it needs replays identically. Under exact
-pruning a capture whose replay under the new code differs from what the test recorded
-settles each test that needs it: whatever the evidence's code replays to, that test stays
+pruning a capture whose replay under the new code differs from what a test recorded of it
+settles that test: whatever the evidence's code replays to, the test stays
 selected (either the old replay reproduces the recording, and then old and new differ, or
 it does not, and the replay is not trusted). Once every test that needs a capture is
 settled, replaying it can change no decision, so the replay processes skip it.

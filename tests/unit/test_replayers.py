@@ -14,7 +14,7 @@ import tarfile
 import pytest
 
 from fastci.runner.execution.validate import InvalidResult, replay_output
-from fastci.runner.prune.replayers import ReplayItem, Settle, items_from, pack, read_output
+from fastci.runner.prune.replayers import ReplayItem, SettlePlan, items_from, pack, read_output
 
 DIGEST = "a" * 64
 
@@ -39,7 +39,7 @@ def test_a_pack_holds_the_trees_and_captures_and_its_steps_name_them_relatively(
                      save=scratch / "tensors-g0")
     new = ReplayItem("new-g0", scratch / "new", capture, compare=scratch / "tensors-g0",
                      overrides=[["net/layers.py", "Scale", ["describe"]]],
-                     settle=Settle([[DIGEST]], scratch / "settled-g0",
+                     settle=SettlePlan([[DIGEST]], scratch / "settled-g0",
                                    [{DIGEST: {"out": {"hash": "aa"}}}]))
     steps = pack(scratch, [[old], [new]], tmp_path / "pack.tar.gz")
     with tarfile.open(tmp_path / "pack.tar.gz") as tar:
@@ -58,7 +58,7 @@ def test_a_pack_holds_the_trees_and_captures_and_its_steps_name_them_relatively(
     assert old_back.save == tmp_path / "unpacked" / "tensors-g0"
     assert new_back.overrides == [["net/layers.py", "Scale", ["describe"]]]
     assert steps[1][0]["settle"]["settled"] == "settled-g0"
-    assert new_back.settle == Settle([[DIGEST]], tmp_path / "unpacked" / "settled-g0",
+    assert new_back.settle == SettlePlan([[DIGEST]], tmp_path / "unpacked" / "settled-g0",
                                      [{DIGEST: {"out": {"hash": "aa"}}}])
     assert old_back.settle is None
 
