@@ -31,7 +31,7 @@ import signal
 import sys
 import threading
 
-from fastci.runner.record import compiled, tracing
+from fastci.runner.record import compiled, nudge, tracing
 
 ENV_DIR = "FASTCI_CHILD_DIR"
 ENV_TAG = "FASTCI_CHILD_TAG"
@@ -235,6 +235,7 @@ def _install_hooks() -> None:
     after_import("torch._dynamo", compiled.install)
     after_import("torch.jit", compiled.install_script)
     after_import("torch.distributed", lambda module: patch_init_process_group(module, _on_rank))
+    after_import("multiprocessing.process", lambda module: nudge.install(module.BaseProcess))
 
 
 def _install_sigterm() -> None:

@@ -24,7 +24,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Callable
 
-from fastci.runner.record import child
+from fastci.runner.record import child, nudge
 
 GRACE_SECONDS = 2.0  # how long teardown waits for a child that is still writing its evidence
 
@@ -218,8 +218,10 @@ class Children:
     def _patch_multiprocessing(self) -> None:
         """spawn and forkserver children carry a Stowaway; the forkserver and the resource
         tracker, helper processes shared by every later test that run none of the
-        repository's code, start without the recording request."""
+        repository's code, start without the recording request; a terminated child is
+        signalled again while it is joined (nudge.py)."""
         import multiprocessing.forkserver as forkserver  # noqa: PLC0415
+        import multiprocessing.process  # noqa: PLC0415
         import multiprocessing.resource_tracker as resource_tracker  # noqa: PLC0415
         import multiprocessing.spawn as spawn  # noqa: PLC0415
 
@@ -232,6 +234,7 @@ class Children:
 
         spawn.get_preparation_data = get_preparation_data
         self._patched.append((spawn, "get_preparation_data", original))
+        self._patched.extend(nudge.install(multiprocessing.process.BaseProcess))
         for helper in (forkserver.ForkServer, resource_tracker.ResourceTracker):
             ensure = helper.ensure_running
             helper.ensure_running = _without_request(ensure)  # type: ignore[method-assign]
