@@ -17,6 +17,7 @@ selections are worth.
 
     python bench/prune_latency.py [--repeat 5]
     python bench/prune_latency.py --mutants 40 --benign 8 --seed 0
+    python bench/prune_latency.py --mutants 40 --benign 8 --seed 0 --only cross_entropy-218
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Collection
 
 ROOT = Path(__file__).resolve().parents[1]
 TINYLLM = ROOT / "examples" / "tinyllm"
@@ -78,9 +80,11 @@ def main() -> None:
                         help="time the mutation benchmark's mutants instead")
     parser.add_argument("--benign", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", nargs="+", default=(), metavar="ID",
+                        help="with --mutants: time only these mutants (ids as printed)")
     args = parser.parse_args()
     if args.mutants:
-        return over_mutants(args.mutants, args.benign, args.seed)
+        return over_mutants(args.mutants, args.benign, args.seed, set(args.only))
     from fastci.runner.prune import zygote
 
     with tempfile.TemporaryDirectory(prefix="fastci-prune-bench-") as name:
@@ -117,14 +121,20 @@ def main() -> None:
               f"{summary[mode]} |")
 
 
-def over_mutants(count: int, benign: int, seed: int) -> None:
-    """p50 and p99 of `fastci select` without and with pruning over the mutants."""
+def over_mutants(count: int, benign: int, seed: int, only: Collection[str] = ()) -> None:
+    """p50 and p99 of `fastci select` without and with pruning over the mutants (or only
+    the ones named: the same mutants, for one slow case)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from mutants import generate  # noqa: PLC0415 (bench/ is no package)
 
     from fastci.runner.prune import zygote  # noqa: PLC0415
 
     mutants = generate(TINYLLM, "tinyllm", count, benign, seed)
+    if only:
+        unknown = set(only) - {m.id for m in mutants}
+        if unknown:
+            sys.exit(f"prune_latency: no such mutant: {', '.join(sorted(unknown))}")
+        mutants = [m for m in mutants if m.id in only]
     rows = []
     with tempfile.TemporaryDirectory(prefix="fastci-prune-bench-") as name:
         sockets = Path(tempfile.mkdtemp(prefix="fz-"))

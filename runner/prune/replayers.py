@@ -30,6 +30,7 @@ from typing import Protocol
 
 from fastci.runner.execution.shard import scrubbed_environment
 from fastci.runner.prune import zygote
+from fastci.runner.prune.settle import Settled
 
 REPLAY_TIMEOUT = 600
 MAX_OUTPUT_BYTES = 64 * 2**20
@@ -108,16 +109,16 @@ class LocalReplayer:
 
     def run(self, scratch: Path, steps: Steps) -> dict[str, dict]:
         outputs: dict[str, dict] = {}
-        for step in steps:
-            if self.warm:
-                with ThreadPoolExecutor(max_workers=max(1, len(step))) as pool:
-                    outputs.update(pool.map(lambda item: (item.name, _warm(scratch, item)),
-                                            step))
-                continue
-            started = [(item, _start(scratch, item)) for item in step]
-            for item, job in started:
-                outputs[item.name] = _finish(item, *job)
+        for step in steps:  # a step's items side by side: each thread waits on its process
+            with ThreadPoolExecutor(max_workers=max(1, len(step))) as pool:
+                outputs.update(pool.map(lambda item: (item.name, self._replay(scratch, item)),
+                                        step))
         return outputs
+
+    def _replay(self, scratch: Path, item: ReplayItem) -> dict:
+        output = _warm(scratch, item) if self.warm else _finish(item, *_start(scratch, item))
+        settle_failures(item, output)
+        return output
 
 
 def _environment(item: ReplayItem | None = None) -> dict[str, str]:
@@ -163,6 +164,33 @@ def _finish(item: ReplayItem, proc: subprocess.Popen, out: Path) -> dict:
         proc.communicate()
         return item.failed(f"the replay took over {REPLAY_TIMEOUT} s")
     return read_output(item, proc.returncode, output.decode(errors="replace"), out)
+
+
+def settle_failures(item: ReplayItem, output: dict) -> None:
+    """After the new tree's process ends: every test that needs a capture it did not replay
+    (the process crashed, timed out or wrote nothing, or the call failed) is settled, as the
+    process would have noted had it lived. The evidence's tree's process beside it then
+    skips what only those tests need, instead of replaying to the end for nothing.
+
+    Local replays only: on a runner the file lies in the sandbox's folder, where the
+    replayed code could have put a link in its place for the worker to write through."""
+    plan = item.settle
+    if plan is None or not plan.recorded:  # not the new tree's item, or not exact pruning
+        return
+    captures = output.get("captures")
+    failed = {d for d, r in captures.items() if not isinstance(r, dict) or "error" in r} \
+        if isinstance(captures, dict) else set(item.captures)
+    noted = Settled([], str(plan.settled)).read()  # what the process noted before it ended
+    newly = [i for i, group in enumerate(plan.groups)
+             if i not in noted and failed.intersection(group)]
+    if newly:
+        try:
+            fd = os.open(plan.settled, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
+                         0o644)
+            with os.fdopen(fd, "w") as f:
+                f.write("".join(f"{i}\n" for i in newly))
+        except OSError:
+            pass  # the other process then replays on: slower, never less sound
 
 
 def read_output(item: ReplayItem, returncode: int, output: str, out: Path) -> dict:
@@ -263,4 +291,4 @@ def _settle(raw, at) -> SettlePlan | None:
     return SettlePlan(groups, at(raw["settled"]), recorded)
 
 __all__ = ["LocalReplayer", "ReplayItem", "Replayer", "SettlePlan", "Steps", "items_from",
-           "pack", "read_output"]
+           "pack", "read_output", "settle_failures"]

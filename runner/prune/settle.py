@@ -66,7 +66,7 @@ class Settled:
     def skip(self, digest: str) -> bool:
         """Is every test that needs `digest` settled already? A capture no group names is
         never skipped."""
-        self._read()
+        self.read()
         mine = [i for i, g in enumerate(self.groups) if digest in g]
         return bool(mine) and all(i in self.settled for i in mine)
 
@@ -82,9 +82,11 @@ class Settled:
             with open(self.settled_file, "a") as f:
                 f.write("".join(f"{i}\n" for i in newly))
 
-    def _read(self) -> None:
+    def read(self) -> set[int]:
+        """The tests settled so far, by this process or the one beside it."""
         try:
             with open(self.settled_file) as f:
                 self.settled |= {int(line) for line in f if line.strip().isdigit()}
         except OSError:
             pass  # nothing settled yet
+        return self.settled

@@ -14,7 +14,14 @@ import tarfile
 import pytest
 
 from fastci.runner.execution.validate import InvalidResult, replay_output
-from fastci.runner.prune.replayers import ReplayItem, SettlePlan, items_from, pack, read_output
+from fastci.runner.prune.replayers import (
+    LocalReplayer,
+    ReplayItem,
+    SettlePlan,
+    items_from,
+    pack,
+    read_output,
+)
 
 DIGEST = "a" * 64
 
@@ -166,3 +173,17 @@ def test_an_oversized_replay_output_is_rejected():
     many = {f"out[{i}]": {"hash": "0"} for i in range(10_001)}
     with pytest.raises(InvalidResult, match="at most"):
         check(_with(["captures", DIGEST, "fingerprints"], many))
+
+
+def test_a_local_replay_that_fails_settles_its_tests_for_the_process_beside_it(tmp_path):
+    # A real replay process of the new tree fails on its call (this capture cannot be read):
+    # the tests that need the call are noted as settled in the file the evidence's tree's
+    # process reads before each call it would replay.
+    scratch = scratch_with_trees(tmp_path)
+    settled = scratch / "settled-g0"
+    new = ReplayItem("new-g0", scratch / "new", {DIGEST: scratch / "captures" / DIGEST},
+                     settle=SettlePlan([[DIGEST], ["b" * 64]], settled,
+                                       [{DIGEST: {"out": {"hash": "aa"}}}, {}]))
+    outputs = LocalReplayer(warm=False).run(scratch, [[new]])
+    assert "error" in outputs["new-g0"]["captures"][DIGEST]
+    assert settled.read_text().split() == ["0"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from fastci.runner.prune.decide import Candidate, _judge
+from fastci.runner.prune.replayers import ReplayItem, SettlePlan, settle_failures
 from fastci.runner.prune.settle import SKIPPED, Settled, order, unlike_recorded
 
 LEAF = {"hash": "aa", "dtype": "float32"}
@@ -90,3 +91,31 @@ def test_the_reason_names_the_call_that_differs_not_the_one_skipped():
     why, _ = _judge(_candidate("a", "b"), _replays({"a": SKIP, "b": SKIP},
                                                    {"a": SKIP, "b": differs}), tolerance=False)
     assert why == "Layer under the new code differs at out (from what the test computed)"
+
+
+def test_a_new_tree_process_that_failed_settles_every_test_that_needed_its_calls(tmp_path):
+    # The new tree's process died (a segfault in the changed code): it noted nothing, but
+    # each of its calls came back as an error, which keeps every test that needs one. The
+    # evidence's tree's process beside it must stop replaying them.
+    groups = [["a", "b"], ["c"], ["d"]]
+    settled = tmp_path / "settled"
+    new = ReplayItem("new-g0", tmp_path, {d: tmp_path / d for d in "abc"},
+                     settle=SettlePlan(groups, settled, [{}, {}, {}]))
+    settle_failures(new, new.failed("the replay process exited with -11: no output"))
+    assert settled.read_text().split() == ["0", "1"]  # "d" was not this process's to replay
+    old = Settled(groups, str(settled))
+    assert old.skip("a") and old.skip("c") and not old.skip("d")
+
+
+def test_only_the_calls_that_failed_settle_and_only_from_the_new_tree(tmp_path):
+    groups = [["a"], ["b"]]
+    settled = tmp_path / "settled"
+    output = {"captures": {"a": {"fingerprints": {}}, "b": {"error": "raised"}}}
+    old = ReplayItem("old-g0", tmp_path, {}, settle=SettlePlan(groups, settled))
+    settle_failures(old, output)  # the evidence's tree settles nothing: it has no recordings
+    assert not settled.exists()
+    new = ReplayItem("new-g0", tmp_path, {}, settle=SettlePlan(groups, settled, [{}, {}]))
+    settle_failures(new, {"captures": {"a": {"fingerprints": {}}}})
+    assert not settled.exists()  # everything replayed: the process noted what it settled
+    settle_failures(new, output)
+    assert settled.read_text().split() == ["1"]
