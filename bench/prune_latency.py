@@ -81,7 +81,8 @@ def main() -> None:
     parser.add_argument("--benign", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", nargs="+", default=(), metavar="ID",
-                        help="with --mutants: time only these mutants (ids as printed)")
+                        help="with --mutants: time only these mutants (ids, or the "
+                             "file-line prefix the tables print)")
     args = parser.parse_args()
     if args.mutants:
         return over_mutants(args.mutants, args.benign, args.seed, set(args.only))
@@ -130,11 +131,14 @@ def over_mutants(count: int, benign: int, seed: int, only: Collection[str] = ())
     from fastci.runner.prune import zygote  # noqa: PLC0415
 
     mutants = generate(TINYLLM, "tinyllm", count, benign, seed)
-    if only:
-        unknown = set(only) - {m.id for m in mutants}
+    if only:  # an id, or its file-and-line prefix as the tables print it (rope-39)
+        def named(m, name: str) -> bool:
+            return m.id == name or m.id.startswith(f"{name}-")
+
+        unknown = [n for n in only if not any(named(m, n) for m in mutants)]
         if unknown:
             sys.exit(f"prune_latency: no such mutant: {', '.join(sorted(unknown))}")
-        mutants = [m for m in mutants if m.id in only]
+        mutants = [m for m in mutants if any(named(m, n) for n in only)]
     rows = []
     with tempfile.TemporaryDirectory(prefix="fastci-prune-bench-") as name:
         sockets = Path(tempfile.mkdtemp(prefix="fz-"))
