@@ -48,6 +48,19 @@ def tag_folder(folder: str, tag: str) -> str:
     return os.path.join(folder, hashlib.sha1(tag.encode()).hexdigest()[:16])
 
 
+def started_in(folder: str, pid: int) -> bool:
+    """Did process `pid` start recording in `folder` (and so catch SIGTERM in Python)?"""
+    prefix = f"{pid}-"
+    try:
+        for entry in os.scandir(folder):
+            if entry.is_dir() and any(n.startswith(prefix) and n.endswith(".start")
+                                      for n in os.listdir(entry.path)):
+                return True
+    except OSError:
+        pass
+    return False
+
+
 class _State:
     """This process's recording: one per process (a fork starts a new one)."""
 
@@ -236,6 +249,12 @@ def _install_hooks() -> None:
     after_import("torch.jit", compiled.install_script)
     after_import("torch.distributed", lambda module: patch_init_process_group(module, _on_rank))
     after_import("multiprocessing.process", lambda module: nudge.install(module.BaseProcess))
+    after_import("subprocess", lambda module: nudge.install_popen(module.Popen, _recorded))
+
+
+def _recorded(pid: int) -> bool:
+    state = _state
+    return state is not None and started_in(state.folder, pid)
 
 
 def _install_sigterm() -> None:

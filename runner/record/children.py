@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -83,6 +84,8 @@ class Children:
             self._environ[key] = os.environ.get(key)
             os.environ[key] = value
         self._patch_multiprocessing()
+        self._patched.extend(nudge.install_popen(
+            subprocess.Popen, lambda pid: child.started_in(self.folder, pid)))
         _install_fork_handler()
         child.after_import("torch.distributed", self._patch_ranks)
         _active = self

@@ -12,11 +12,17 @@ Any second signal interrupts the blocked call, and the interpreter then runs the
 handler. So, in every recorded process, `Process.join()` after `Process.terminate()` waits in
 short steps and sends SIGTERM again after each step the child outlives: the caller waits as
 long as it asked to, and the child ends as SIGTERM ends it, with its evidence written.
+`subprocess.Popen.wait()` after `terminate()` does the same (a recorded `python -c` asleep in
+`time.sleep(60)` would otherwise sleep on), but only for a child that wrote a recording's
+start marker: another program's SIGTERM handler (a shell's trap) gets one signal, as it would
+without FastCI.
 """
 
 from __future__ import annotations
 
+import subprocess
 import time
+from typing import Callable, Iterator
 
 STEP_SECONDS = 0.5  # how long a terminated child may outlive its SIGTERM before another
 _MARK = "_fastci_nudges"
@@ -30,24 +36,63 @@ def install(process_class) -> list[tuple[object, str, object]]:
         return []
     terminate, join = process_class.terminate, process_class.join
 
+    def join_nudging(self, timeout=None):
+        if not getattr(self, "_fastci_terminated", False):
+            return join(self, timeout)
+        for step, last in _steps(timeout):
+            join(self, step)
+            if self.exitcode is not None or last:
+                return None
+            terminate(self)  # the first SIGTERM may be flagged and unhandled: wake it
+
+    return _wrap(process_class, terminate, "join", join, join_nudging)
+
+
+def install_popen(popen_class, recorded: Callable[[int], bool]) -> list[tuple[object, str, object]]:
+    """Wrap `terminate` and `wait` of subprocess.Popen; `recorded(pid)`: did that child start
+    a recording (and so catch SIGTERM in Python)? Returns what to restore; idempotent."""
+    if getattr(popen_class.wait, _MARK, False):
+        return []
+    terminate, wait = popen_class.terminate, popen_class.wait
+
+    def wait_nudging(self, timeout=None):
+        if not getattr(self, "_fastci_terminated", False):
+            return wait(self, timeout)
+        for step, last in _steps(timeout):
+            try:
+                return wait(self, step)
+            except subprocess.TimeoutExpired:
+                if last:
+                    raise subprocess.TimeoutExpired(self.args, timeout) from None
+            if recorded(self.pid):
+                terminate(self)  # the first SIGTERM may be flagged and unhandled: wake it
+        return None  # not reached: the last step returns or raises
+
+    return _wrap(popen_class, terminate, "wait", wait, wait_nudging)
+
+
+def _steps(timeout: float | None) -> Iterator[tuple[float, bool]]:
+    """The waits a nudging join makes: STEP_SECONDS each, the last one ending at `timeout`
+    (none is last without one)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        if deadline is None:
+            yield STEP_SECONDS, False
+            continue
+        left = max(0.0, deadline - time.monotonic())
+        yield min(STEP_SECONDS, left), left <= STEP_SECONDS
+
+
+def _wrap(cls, terminate, name: str, waiter, nudging) -> list[tuple[object, str, object]]:
+    """Install `nudging` as `cls.<name>`, and a `terminate` that marks the child for it."""
     def terminate_then_watch(self):
         self._fastci_terminated = True
         return terminate(self)
 
-    def join_nudging(self, timeout=None):
-        if not getattr(self, "_fastci_terminated", False):
-            return join(self, timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            join(self, STEP_SECONDS if left is None else min(STEP_SECONDS, left))
-            if self.exitcode is not None or left is not None and left <= STEP_SECONDS:
-                return None
-            terminate(self)  # the first SIGTERM may be flagged and unhandled: wake it
-
-    for wrapper, original in ((terminate_then_watch, terminate), (join_nudging, join)):
+    for wrapper, original in ((terminate_then_watch, terminate), (nudging, waiter)):
         wrapper.__name__, wrapper.__doc__ = original.__name__, original.__doc__
-        wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+        setattr(wrapper, "__wrapped__", original)
         setattr(wrapper, _MARK, True)
-    process_class.terminate, process_class.join = terminate_then_watch, join_nudging
-    return [(process_class, "terminate", terminate), (process_class, "join", join)]
+    cls.terminate = terminate_then_watch
+    setattr(cls, name, nudging)
+    return [(cls, "terminate", terminate), (cls, name, waiter)]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -20,23 +22,30 @@ from fastci.runner.record import nudge
 FORK = multiprocessing.get_context("fork")
 
 
-def _survive(first_n: int, ready, started_alone: float) -> None:
-    """Let the first `first_n` SIGTERMs pass, die on the next; exit 0 after `started_alone`."""
-    seen = 0
+def _let_pass(first_n: int) -> list[int]:
+    """Let the first `first_n` SIGTERMs pass (as a flagged, unhandled one does), die on the
+    next (as the recorded child's handler does once a second signal wakes it). Returns the
+    count of SIGTERMs seen, as a one-item list."""
+    seen = [0]
 
     def on_term(signum, frame):  # noqa: ARG001
-        nonlocal seen
-        seen += 1
-        if seen > first_n:
+        seen[0] += 1
+        if seen[0] > first_n:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, on_term)
+    return seen
+
+
+def _survive(first_n: int, ready, started_alone: float) -> None:
+    """A fork child: let SIGTERMs pass as above; exit 0 after `started_alone` if none came."""
+    seen = _let_pass(first_n)
     ready.set()
     deadline = time.monotonic() + started_alone
     while time.monotonic() < deadline:
         time.sleep(0.01)
-    os._exit(0 if seen == 0 else 3)
+    os._exit(0 if seen[0] == 0 else 3)
 
 
 def _process_class(nudged: bool):
@@ -108,3 +117,66 @@ def test_install_is_idempotent_so_a_forked_child_keeps_its_parents_wrappers():
     join = cls.join
     assert nudge.install(cls) == []
     assert cls.join is join
+    popen = _popen_class(lambda pid: True)
+    wait = popen.wait
+    assert nudge.install_popen(popen, lambda pid: True) == []
+    assert popen.wait is wait
+
+
+# -- subprocess.Popen: the same, for a child that started a recording ---------------------
+SURVIVOR = (f"import sys, time; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
+            "from test_nudge import _let_pass; _let_pass(int(sys.argv[1])); "
+            "print('ready', flush=True); time.sleep(60)")
+
+
+def _popen_class(recorded):
+    class Child(subprocess.Popen):
+        pass
+
+    nudge.install_popen(Child, recorded)
+    return Child
+
+
+@pytest.fixture
+def popen():
+    started: list[subprocess.Popen] = []
+
+    def start(cls, first_n: int) -> subprocess.Popen:
+        proc = cls([sys.executable, "-c", SURVIVOR, str(first_n)], stdout=subprocess.PIPE,
+                   text=True)
+        started.append(proc)
+        assert proc.stdout.readline().strip() == "ready"
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(5)
+        proc.stdout.close()
+
+
+def test_a_recorded_subprocess_is_signalled_again_while_it_is_waited_for(popen):
+    proc = popen(_popen_class(lambda pid: True), first_n=2)
+    proc.terminate()
+    assert proc.wait(30) == -signal.SIGTERM  # without the nudge: TimeoutExpired after 30 s
+
+
+def test_another_programs_handler_gets_one_sigterm_as_without_fastci(popen):
+    proc = popen(_popen_class(lambda pid: False), first_n=1)
+    proc.terminate()
+    with pytest.raises(subprocess.TimeoutExpired) as waited:
+        proc.wait(1.2)
+    assert waited.value.timeout == 1.2  # the caller's timeout, not a step's
+    assert proc.poll() is None
+
+
+def test_started_in_finds_a_recordings_start_marker(tmp_path):
+    from fastci.runner.record.child import started_in
+
+    (tmp_path / "0123abcd").mkdir()
+    (tmp_path / "0123abcd" / "4242-00ff.start").write_text("{}")
+    (tmp_path / "0123abcd" / "4243-00ff.json").write_text("{}")
+    assert started_in(str(tmp_path), 4242)
+    assert not started_in(str(tmp_path), 4243) and not started_in(str(tmp_path), 424)
+    assert not started_in(str(tmp_path / "missing"), 4242)
