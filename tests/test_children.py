@@ -43,6 +43,14 @@ def in_fork_pool(x):
     return x * 4
 
 
+def in_terminated_subprocess(x):
+    return x * 5
+
+
+def in_terminated_process(x):
+    return x * 6
+
+
 def nobody(x):
     return x - 1
 '''
@@ -70,6 +78,7 @@ PROCESSES = {
         import multiprocessing
         import subprocess
         import sys
+        import time
 
         from sp import work
 
@@ -108,6 +117,39 @@ PROCESSES = {
                 assert pool.map(work.in_fork_pool, [1, 2]) == [4, 8]
 
 
+        # Fixtures end servers with terminate() and a wait without timeout: each child writes
+        # its evidence as SIGTERM ends it, and one that got SIGTERM just before it blocked
+        # (in time.sleep) is signalled again, never waited on forever (record/nudge.py).
+        SERVE = "from sp.work import in_terminated_subprocess as f; f(1); " \\
+                "print('up', flush=True); import time; time.sleep(60)"
+
+
+        def serve(ready):
+            work.in_terminated_process(1)
+            ready.set()
+            time.sleep(60)
+
+
+        def test_terminated_subprocess():
+            for _ in range(6):
+                proc = subprocess.Popen([sys.executable, "-c", SERVE], stdout=subprocess.PIPE)
+                assert proc.stdout.readline() == b"up\\n"
+                proc.terminate()
+                proc.wait()
+                proc.stdout.close()
+
+
+        def test_terminated_process():
+            ctx = multiprocessing.get_context("fork")
+            for _ in range(6):
+                ready = ctx.Event()
+                proc = ctx.Process(target=serve, args=(ready,))
+                proc.start()
+                assert ready.wait(30)
+                proc.terminate()
+                proc.join()
+
+
         def test_no_child():
             assert work.nobody(1) == 0
     ''',
@@ -120,6 +162,8 @@ WAYS = {  # the function each test's child, and only its child, runs
     "in_spawn_pool": "test_spawn_pool",
     "in_forkserver": "test_forkserver",
     "in_fork_pool": "test_fork_pool",
+    "in_terminated_subprocess": "test_terminated_subprocess",
+    "in_terminated_process": "test_terminated_process",
     "nobody": "test_no_child",
 }
 
@@ -212,83 +256,6 @@ def test_a_child_without_evidence_keeps_select_on_any_change_and_says_why(projec
     assert "child evidence not merged (select on any change)" in explained
     # No half-merged evidence: the killed child's own lines (dies) are not in the evidence.
     assert "dies" not in explained.split("evidence:", 1)[1]
-
-
-TERMINATED = {
-    "pyproject.toml": "[project]\nname = 'tm'\nversion = '0'\n",
-    "tm/__init__.py": "",
-    "tm/work.py": '''
-        def in_subprocess(x):
-            return x + 1
-
-
-        def in_process(x):
-            return x + 2
-
-
-        def nobody(x):
-            return x + 3
-    ''',
-    "tests/test_terminated.py": '''
-        import multiprocessing
-        import subprocess
-        import sys
-        import time
-
-        from tm import work
-
-        SERVE = "from tm.work import in_subprocess; in_subprocess(1); print('up', flush=True); " \\
-                "import time; time.sleep(60)"
-
-
-        def serve(ready):
-            work.in_process(1)
-            ready.set()
-            time.sleep(60)
-
-
-        def test_subprocess_terminated():
-            for _ in range(6):  # a server each time, ended as fixtures end them
-                proc = subprocess.Popen([sys.executable, "-c", SERVE], stdout=subprocess.PIPE)
-                assert proc.stdout.readline() == b"up\\n"
-                proc.terminate()
-                proc.wait()
-                proc.stdout.close()
-
-
-        def test_process_terminated():
-            ctx = multiprocessing.get_context("fork")
-            for _ in range(6):
-                ready = ctx.Event()
-                proc = ctx.Process(target=serve, args=(ready,))
-                proc.start()
-                assert ready.wait(30)
-                proc.terminate()
-                proc.join()
-
-
-        def test_no_child():
-            assert work.nobody(1) == 4
-    ''',
-}
-
-
-def test_a_terminated_child_reports_its_evidence_and_never_hangs_its_test(project):
-    # Fixtures end servers with terminate() and a wait without timeout. The child writes
-    # its evidence as SIGTERM ends it; one that got SIGTERM just before it blocked (here, in
-    # time.sleep) would sleep on without a second signal (runner/record/nudge.py).
-    project.write(TERMINATED)
-    project.commit()
-    project.record()
-    for function, test in (("in_subprocess", "test_subprocess_terminated"),
-                           ("in_process", "test_process_terminated")):
-        project.edit("tm/work.py", f"def {function}(x):\n    return x", f"def {function}(x):\n"
-                     "    return -x")
-        chosen = {t["id"]: t["reasons"] for t in project.select()["tests"]
-                  if t["decision"] == "selected"}
-        assert set(chosen) == {f"tests/test_terminated.py::{test}"}, chosen
-        assert "executed changed code" in " ".join(chosen[f"tests/test_terminated.py::{test}"])
-        project.git("checkout", "tm/work.py")
 
 
 def test_partial_or_missing_evidence_files_merge_nothing(tmp_path):

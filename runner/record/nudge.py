@@ -5,8 +5,8 @@ CPython runs a Python signal handler only between bytecodes: a SIGTERM that land
 child's last check and before it blocks in C (a pool worker entering `sem_wait` on its task
 queue's lock) sets the handler's flag and then waits for the next signal, which never comes.
 `Pool.terminate()` then joins that worker forever: a recording would hang a suite that runs
-in seconds without it (seen once in about 200 pools under load; coverage.py's `sigterm`
-option and pytest-cov's `cleanup_on_sigterm` met the same race).
+in seconds without it (each of three 300-pool recordings under load hung; coverage.py's
+`sigterm` option and pytest-cov's `cleanup_on_sigterm` met the same race).
 
 Any second signal interrupts the blocked call, and the interpreter then runs the flagged
 handler. So, in every recorded process, `Process.join()` after `Process.terminate()` waits in
@@ -32,43 +32,41 @@ def install(process_class) -> list[tuple[object, str, object]]:
     """Wrap `terminate` and `join` of multiprocessing's BaseProcess; return what to restore.
 
     Idempotent: a forked child inherits its parent's wrappers and keeps them."""
-    if getattr(process_class.join, _MARK, False):
-        return []
-    terminate, join = process_class.terminate, process_class.join
+    def nudging(terminate, join):
+        def join_nudging(self, timeout=None):
+            if not getattr(self, "_fastci_terminated", False):
+                return join(self, timeout)
+            for step, last in _steps(timeout):
+                join(self, step)
+                if self.exitcode is not None or last:
+                    return None
+                terminate(self)  # the first SIGTERM may be flagged and unhandled: wake it
 
-    def join_nudging(self, timeout=None):
-        if not getattr(self, "_fastci_terminated", False):
-            return join(self, timeout)
-        for step, last in _steps(timeout):
-            join(self, step)
-            if self.exitcode is not None or last:
-                return None
-            terminate(self)  # the first SIGTERM may be flagged and unhandled: wake it
+        return join_nudging
 
-    return _wrap(process_class, terminate, "join", join, join_nudging)
+    return _wrap(process_class, "join", nudging)
 
 
 def install_popen(popen_class, recorded: Callable[[int], bool]) -> list[tuple[object, str, object]]:
     """Wrap `terminate` and `wait` of subprocess.Popen; `recorded(pid)`: did that child start
     a recording (and so catch SIGTERM in Python)? Returns what to restore; idempotent."""
-    if getattr(popen_class.wait, _MARK, False):
-        return []
-    terminate, wait = popen_class.terminate, popen_class.wait
+    def nudging(terminate, wait):
+        def wait_nudging(self, timeout=None):
+            if not getattr(self, "_fastci_terminated", False):
+                return wait(self, timeout)
+            for step, last in _steps(timeout):
+                try:
+                    return wait(self, step)
+                except subprocess.TimeoutExpired:
+                    if last:
+                        raise subprocess.TimeoutExpired(self.args, timeout) from None
+                if recorded(self.pid):
+                    terminate(self)  # the first SIGTERM may be flagged and unhandled
+            return None  # not reached: the last step returns or raises
 
-    def wait_nudging(self, timeout=None):
-        if not getattr(self, "_fastci_terminated", False):
-            return wait(self, timeout)
-        for step, last in _steps(timeout):
-            try:
-                return wait(self, step)
-            except subprocess.TimeoutExpired:
-                if last:
-                    raise subprocess.TimeoutExpired(self.args, timeout) from None
-            if recorded(self.pid):
-                terminate(self)  # the first SIGTERM may be flagged and unhandled: wake it
-        return None  # not reached: the last step returns or raises
+        return wait_nudging
 
-    return _wrap(popen_class, terminate, "wait", wait, wait_nudging)
+    return _wrap(popen_class, "wait", nudging)
 
 
 def _steps(timeout: float | None) -> Iterator[tuple[float, bool]]:
@@ -83,16 +81,22 @@ def _steps(timeout: float | None) -> Iterator[tuple[float, bool]]:
         yield min(STEP_SECONDS, left), left <= STEP_SECONDS
 
 
-def _wrap(cls, terminate, name: str, waiter, nudging) -> list[tuple[object, str, object]]:
-    """Install `nudging` as `cls.<name>`, and a `terminate` that marks the child for it."""
+def _wrap(cls, name: str, nudging) -> list[tuple[object, str, object]]:
+    """Install `nudging(terminate, waiter)` as `cls.<name>`, and a `terminate` that marks the
+    child for it; nothing if they are installed already. Returns what to restore."""
+    waiter, terminate = getattr(cls, name), cls.terminate
+    if getattr(waiter, _MARK, False):
+        return []
+
     def terminate_then_watch(self):
         self._fastci_terminated = True
         return terminate(self)
 
-    for wrapper, original in ((terminate_then_watch, terminate), (nudging, waiter)):
+    wrapped = nudging(terminate, waiter)
+    for wrapper, original in ((terminate_then_watch, terminate), (wrapped, waiter)):
         wrapper.__name__, wrapper.__doc__ = original.__name__, original.__doc__
         setattr(wrapper, "__wrapped__", original)
         setattr(wrapper, _MARK, True)
     cls.terminate = terminate_then_watch
-    setattr(cls, name, nudging)
+    setattr(cls, name, wrapped)
     return [(cls, "terminate", terminate), (cls, name, waiter)]
