@@ -178,8 +178,8 @@ def settle_failures(item: ReplayItem, output: dict) -> None:
     if plan is None or not plan.recorded:  # not the new tree's item, or not exact pruning
         return
     captures = output.get("captures")
-    failed = {d for d, r in captures.items() if not isinstance(r, dict) or "error" in r} \
-        if isinstance(captures, dict) else set(item.captures)
+    failed = {d for d, r in captures.items() if not isinstance(r, dict) or r.get("error")} \
+        if isinstance(captures, dict) else set(item.captures)  # a success has error None
     noted = Settled([], str(plan.settled)).read()  # what the process noted before it ended
     newly = [i for i, group in enumerate(plan.groups)
              if i not in noted and failed.intersection(group)]

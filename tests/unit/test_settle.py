@@ -110,12 +110,14 @@ def test_a_new_tree_process_that_failed_settles_every_test_that_needed_its_calls
 def test_only_the_calls_that_failed_settle_and_only_from_the_new_tree(tmp_path):
     groups = [["a"], ["b"]]
     settled = tmp_path / "settled"
-    output = {"captures": {"a": {"fingerprints": {}}, "b": {"error": "raised"}}}
+    # as replay.py writes them: a success carries "error": None
+    output = {"captures": {"a": {"fingerprints": {"out": LEAF}, "error": None},
+                           "b": {"fingerprints": {}, "error": "raised"}}}
     old = ReplayItem("old-g0", tmp_path, {}, settle=SettlePlan(groups, settled))
     settle_failures(old, output)  # the evidence's tree settles nothing: it has no recordings
     assert not settled.exists()
     new = ReplayItem("new-g0", tmp_path, {}, settle=SettlePlan(groups, settled, [{}, {}]))
-    settle_failures(new, {"captures": {"a": {"fingerprints": {}}}})
+    settle_failures(new, {"captures": {"a": {"fingerprints": {"out": LEAF}, "error": None}}})
     assert not settled.exists()  # everything replayed: the process noted what it settled
     settle_failures(new, output)
     assert settled.read_text().split() == ["1"]
