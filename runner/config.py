@@ -36,6 +36,11 @@ class Settings:
     prune: str = "exact"
     """Equivalent-context pruning: "exact" (bit-identical replays), "tolerance" (within the
     per-dtype tolerances of `fastci.kernels.compare`) or "off"."""
+    prune_budget: float = 1.0
+    """Seconds each replay process may replay for once started (0: no limit); its start-up
+    (importing torch, which a warm zygote has done) is not counted. Calls still running then
+    stop, and the tests they would have decided stay selected. A suite of long GPU tests,
+    where one pruned test saves minutes, can afford more."""
     capture_budget_mb: float = 64.0
     """Bytes of captured module calls kept per test while recording (past it: not replayable)."""
     ignore: tuple[str, ...] = ("*.md", "*.rst", "docs/*", "doc/*", "LICENSE*", "COPYING*",
@@ -76,7 +81,7 @@ class Settings:
 
 
 _TUPLES = {"dimensions", "blocking", "ignore", "exact"}
-_NUMBERS = {"failure_half_life", "capture_budget_mb", "retention_days"}
+_NUMBERS = {"failure_half_life", "capture_budget_mb", "retention_days", "prune_budget"}
 PRUNE_MODES = ("exact", "tolerance", "off")
 RECORDERS = ("auto", "sysmon", "coverage")
 EXACT_RULES = ("import-time", "statements")

@@ -190,7 +190,7 @@ class Engine:
                  for t, m in found.items() if t in snapshot.tests}, snapshot.tests))
         outcome = prune.prune(self.repo, store, selection, snapshot, head, head_tree, old_inv,
                               mode=self.settings.prune, progress=self.progress,
-                              replayer=self.replayer)
+                              replayer=self.replayer, budget=self.settings.prune_budget)
         note: str | None
         if outcome.pruned:
             saved = sum(e["test_seconds"] for e in outcome.pruned.values())
@@ -204,6 +204,9 @@ class Engine:
         if note and outcome.skipped:
             note += (f"; {outcome.skipped} replays skipped, as every test that needed them "
                      "stayed selected")
+        if note and outcome.cut:
+            note += (f"; {outcome.cut} replays stopped at pruning's time limit "
+                     f"({outcome.limit:.1f} s), their tests kept (prune_budget)")
         if note:
             outcome = replace(outcome, selection=replace(
                 outcome.selection, notes=(*outcome.selection.notes, note)))

@@ -267,6 +267,18 @@ def test_calls_past_the_budget_are_not_replayable(net):
     assert "over the capture budget" in net.fastci("explain", "-q", SCALE).stdout
 
 
+def test_replays_past_pruning_time_budget_keep_their_tests(net):
+    # The same equivalent change that is pruned above, with no time to replay it: every
+    # replay stops before its first call, and the tests stay selected, saying why.
+    net.edit("net/layers.py", "y = x * self.weight", "y = self.weight * x")
+    hurried = _with_env(net, FASTCI_PRUNE_BUDGET="0.000001")
+    result = Project.select(hurried)
+    tests = {t["id"]: t for t in result["tests"]}
+    assert tests[SCALE]["decision"] == tests[STACK]["decision"] == "selected"
+    assert any("stopped at pruning's time limit" in n for n in result["notes"])
+    assert "before pruning's time limit ran out" in hurried.fastci("explain", "-q", SCALE).stdout
+
+
 def test_pruning_off_records_no_captures_and_prunes_nothing(net):
     net.fastci("record", "-q", "--", "-q", "-p", "no:cacheprovider",
                env={"FASTCI_PRUNE": "off"})

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from fastci.runner.git import WORKTREE, Repo
 from fastci.runner.prune import settle
+from fastci.runner.prune.budget import cut_off
 from fastci.runner.prune.replayers import LocalReplayer, Replayer, ReplayItem, SettlePlan
 from fastci.runner.prune.settle import SKIPPED, differences, unlike_recorded
 from fastci.runner.selection.report import Selection
@@ -61,6 +62,8 @@ class PruneOutcome:
     seconds: float = 0.0
     replay_seconds: float = 0.0
     skipped: int = 0  # replays not run: every test that needed them stayed selected
+    cut: int = 0  # replays cut off, or never started, when the time limit ran out
+    limit: float | None = None  # the seconds each replay process had (`budget.py`)
 
 
 def candidates(selection: Selection, snapshot, old_inventories
@@ -132,14 +135,17 @@ def _span(lines: set[int]) -> str:
 
 def prune(repo: Repo, store: EvidenceStore, selection: Selection, snapshot, head: str,
           head_tree, old_inventories, mode: str = "exact", progress=None,
-          replayer: Replayer | None = None) -> PruneOutcome:
+          replayer: Replayer | None = None, budget: float = 0.0) -> PruneOutcome:
     """Prune what replays prove equivalent. `replayer`: where the replays run (by default
-    child processes here; the App's runs them on a runner, in its sandbox)."""
+    child processes here; the App's runs them on a runner, in its sandbox). `budget`:
+    seconds each replay process may replay for after its start-up (0: no limit; `budget.py`)."""
     started = time.perf_counter()
     progress = progress or (lambda _message: None)
     found, kept = candidates(selection, snapshot, old_inventories)
     if not found:
         return PruneOutcome(selection, kept=kept, seconds=time.perf_counter() - started)
+    decisions = {d.test_id: d for d in selection.decisions}
+    limit = budget if budget > 0 else None
     digests = sorted({d for c in found for d in c.captures})
     classes = sorted({c for cand in found for c in cand.classes})
     progress(f"pruning: replaying {len(digests)} captured module calls for "
@@ -147,7 +153,7 @@ def prune(repo: Repo, store: EvidenceStore, selection: Selection, snapshot, head
     tolerance = mode == "tolerance"
     with tempfile.TemporaryDirectory(prefix="fastci-replay-") as tmp:
         replays = _Replays(repo, store, snapshot, head, head_tree, Path(tmp), mode,
-                           replayer or LocalReplayer())
+                           replayer or LocalReplayer(), limit)
         # FastCI's own variables (a child hand-over tagged per test, in older evidence) are
         # no environment of the code: they never reach a replay, nor split its groups.
         envs = {d: {k: v for k, v in cand.env.get(d, {}).items() if not k.startswith("FASTCI_")}
@@ -155,7 +161,6 @@ def prune(repo: Repo, store: EvidenceStore, selection: Selection, snapshot, head
         replays.run(digests, classes, sorted({p for c in _all_captures(snapshot, found)
                                               for p in c}), envs, found)
     pruned, head_lines = {}, {}
-    decisions = {d.test_id: d for d in selection.decisions}
     for cand in found:
         why, evidence = _judge(cand, replays, tolerance)
         if why:
@@ -171,11 +176,12 @@ def prune(repo: Repo, store: EvidenceStore, selection: Selection, snapshot, head
         head_lines[cand.test_id] = {p: tuple(sorted(ls)) for p, ls in lines.items()}
     replay_seconds = sum(r.get("seconds", 0.0) for r in
                          [*replays.old.values(), *replays.new.values()])
-    skipped = sum(r.get("error") == SKIPPED for r in [*replays.old.values(),
-                                                      *replays.new.values()])
+    results = [*replays.old.values(), *replays.new.values()]
+    skipped = sum(r.get("error") == SKIPPED for r in results)
     new_selection = _apply(selection, pruned, mode)
     return PruneOutcome(new_selection, pruned, kept, head_lines,
-                        time.perf_counter() - started, replay_seconds, skipped)
+                        time.perf_counter() - started, replay_seconds, skipped,
+                        sum(map(cut_off, results)), limit)
 
 
 class _Replays:
@@ -183,8 +189,9 @@ class _Replays:
     (capture, tree, mode): a capture replayed once under some code is never replayed again."""
 
     def __init__(self, repo, store: EvidenceStore, snapshot, head, head_tree, tmp: Path,
-                 mode: str, replayer: Replayer) -> None:
+                 mode: str, replayer: Replayer, budget: float | None = None) -> None:
         self.repo, self.store, self.snapshot, self.replayer = repo, store, snapshot, replayer
+        self.budget = budget  # seconds each replay process may replay for
         self.head, self.head_tree, self.tmp, self.mode = head, head_tree, tmp, mode
         self.old: dict[str, dict] = {}
         self.new: dict[str, dict] = {}
@@ -244,11 +251,12 @@ class _Replays:
                 set(blobs), todo_old, todo_new, self.tmp / f"settled-{tag}")
         if old_root:
             first.append(ReplayItem(f"old-{tag}", Path(old_root), todo_old, sys_path, env=env,
-                                    save=tensors if tolerance else None, settle=settle_old))
+                                    save=tensors if tolerance else None, settle=settle_old,
+                                    budget=self.budget))
         if new_root:
             new = ReplayItem(f"new-{tag}", Path(new_root), todo_new, sys_path, env=env,
                              overrides=classes, compare=tensors if tolerance else None,
-                             settle=settle_new)
+                             settle=settle_new, budget=self.budget)
             # a tolerance replay compares against the tensors the old one saved: after it
             (second if tolerance else first).append(new)
         outputs = self.replayer.run(self.tmp, [s for s in (first, second) if s])
@@ -339,6 +347,9 @@ def _judge_capture(cand: Candidate, replays: _Replays, digest: str, tolerance: b
         if unlike:
             return (f"{name} under the new code differs at {', '.join(unlike[:3])} (from "
                     "what the test computed)"), {}
+    if cut_off(before) or cut_off(after):
+        return (f"{name} was not replayed before pruning's time limit ran out (the "
+                "prune_budget setting gives pruning more time)"), {}
     for label, result in (("the evidence's code", before), ("the new code", after)):
         if result.get("error"):
             return f"replaying {name} under {label} failed: {result['error']}", {}

@@ -14,7 +14,7 @@ With `trace`, coverage records the lines each replay ran (under the new code the
 part of a pruned test's evidence). With `save_tensors` the tensors are kept for a later
 tolerance comparison (`compare_to`) by `fastci.kernels.compare`. With `settle` (exact
 pruning) the process skips captures whose tests stay selected whatever it finds
-(`settle.py`).
+(`settle.py`). With `budget` it replays for at most that many seconds (`budget.py`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import time
 import traceback
 from typing import TypedDict
 
+from fastci.runner.prune.budget import Deadline
 from fastci.runner.prune.settle import SKIPPED, Settled
 
 UPSTREAM_SEED = 20261129
@@ -48,6 +49,8 @@ def main(argv: list[str]) -> int:
     for rel in reversed(["."] + [p for p in request.get("sys_path", []) if p != "."]):
         sys.path.insert(0, os.path.normpath(os.path.join(root, rel)))
     os.chdir(root)
+    if request["captures"]:
+        _start_up()
     cov = None
     if request.get("trace"):
         import coverage  # noqa: PLC0415
@@ -55,19 +58,7 @@ def main(argv: list[str]) -> int:
         cov = coverage.Coverage(data_file=None, source=[root], config_file=False,
                                 messages=False)
         cov.start()
-    settled = _settled(request)
-    results: dict[str, ReplayResult] = {}
-    for digest, path in request["captures"].items():
-        if settled is not None and settled.skip(digest):
-            results[digest] = {"fingerprints": {}, "error": SKIPPED, "seconds": 0.0,
-                               "load_seconds": 0.0}
-            continue
-        if cov is not None:
-            cov.switch_context(digest)
-        results[digest] = replay(path, root, request.get("save_tensors"),
-                                 request.get("compare_to"), digest)
-        if settled is not None:
-            settled.replayed(digest, results[digest])
+    results = _replay_all(request, root, cov)
     overrides = {}
     for path, qualname, names in request.get("overrides", []):
         overrides[f"{path}::{qualname}"] = inherited(path, qualname, names)
@@ -96,6 +87,44 @@ def _settled(request: dict) -> Settled | None:
     if not plan:
         return None
     return Settled(plan["groups"], plan["settled"], plan.get("recorded"))
+
+
+def _replay_all(request: dict, root: str, cov) -> dict[str, ReplayResult]:
+    """Each capture's result, in the request's order: skipped where settled, cut off where
+    the budget ran out."""
+    settled = _settled(request)
+    deadline = Deadline(_budget(request))
+    results: dict[str, ReplayResult] = {}
+    for digest, path in request["captures"].items():
+        if settled is not None and settled.skip(digest):
+            results[digest] = {"fingerprints": {}, "error": SKIPPED, "seconds": 0.0,
+                               "load_seconds": 0.0}
+            continue
+        if cov is not None:
+            cov.switch_context(digest)
+        result = deadline.call(replay, path, root, request.get("save_tensors"),
+                               request.get("compare_to"), digest)
+        results[digest] = deadline.result() if result is None else result  # type: ignore[assignment]
+        if settled is not None:
+            settled.replayed(digest, results[digest])
+    return results
+
+
+def _start_up() -> None:
+    """What every replay's first call would pay once, paid before the budget's clock starts:
+    torch and the fingerprints (a zygote's fork has them already), and the deterministic
+    switch a replay sets, whose first use imports dynamo and sympy (a second)."""
+    import torch  # noqa: PLC0415
+
+    from fastci.runner.prune import fingerprints  # noqa: F401, PLC0415
+
+    torch.use_deterministic_algorithms(torch.are_deterministic_algorithms_enabled())
+
+
+def _budget(request: dict) -> float | None:
+    """The seconds this process may replay for (`budget.py`); None: no limit."""
+    seconds = request.get("budget")
+    return None if seconds is None else max(0.0, float(seconds))
 
 
 def _resolved(request: dict, base: str) -> dict:

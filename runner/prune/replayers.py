@@ -61,6 +61,7 @@ class ReplayItem:
     # exact pruning: the captures each candidate test needs, the file where the new tree's
     # process notes the tests it settled, and (new tree only) what each test recorded
     settle: SettlePlan | None = None
+    budget: float | None = None  # seconds it may replay for (`budget.py`); None: no limit
 
     def request(self, out: Path, base: Path | None = None) -> dict:
         """The JSON `replay.py` reads (writing its results to `out`); with `base`, every
@@ -72,7 +73,7 @@ class ReplayItem:
 
         return {"root": at(self.root), "captures": {d: at(p) for d, p in self.captures.items()},
                 "overrides": [list(c) for c in self.overrides], "sys_path": self.sys_path,
-                "trace": self.trace, "env": self.env, "out": at(out),
+                "trace": self.trace, "env": self.env, "out": at(out), "budget": self.budget,
                 "save_tensors": at(self.save), "compare_to": at(self.compare),
                 "settle": None if self.settle is None else {
                     "groups": self.settle.groups, "settled": at(self.settle.settled),
@@ -269,9 +270,18 @@ def items_from(steps: list[list[dict]], base: Path) -> Steps:
                 env={str(k): str(v) for k, v in dict(raw.get("env", {})).items()},
                 save=at(raw["save_tensors"]) if raw.get("save_tensors") else None,
                 compare=at(raw["compare_to"]) if raw.get("compare_to") else None,
-                settle=_settle(raw.get("settle"), at)))
+                settle=_settle(raw.get("settle"), at), budget=_seconds(raw.get("budget"))))
         out.append(items)
     return out
+
+
+def _seconds(raw) -> float | None:
+    """A step's budget, checked: a finite number of seconds, or none."""
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 <= raw < 1e9:
+        raise ValueError(f"a replay step's budget is not a number of seconds: {str(raw)[:40]!r}")
+    return float(raw)
 
 
 def _settle(raw, at) -> SettlePlan | None:

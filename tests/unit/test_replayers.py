@@ -43,7 +43,7 @@ def test_a_pack_holds_the_trees_and_captures_and_its_steps_name_them_relatively(
     (scratch / "unrelated-secret").write_text("not for the runner")
     capture = {DIGEST: scratch / "captures" / DIGEST}
     old = ReplayItem("old-g0", scratch / "old", capture, ["src"], env={"A": "1"},
-                     save=scratch / "tensors-g0")
+                     save=scratch / "tensors-g0", budget=1.25)
     new = ReplayItem("new-g0", scratch / "new", capture, compare=scratch / "tensors-g0",
                      overrides=[["net/layers.py", "Scale", ["describe"]]],
                      settle=SettlePlan([[DIGEST]], scratch / "settled-g0",
@@ -68,6 +68,7 @@ def test_a_pack_holds_the_trees_and_captures_and_its_steps_name_them_relatively(
     assert new_back.settle == SettlePlan([[DIGEST]], tmp_path / "unpacked" / "settled-g0",
                                      [{DIGEST: {"out": {"hash": "aa"}}}])
     assert old_back.settle is None
+    assert old_back.budget == 1.25 and new_back.budget is None
 
 
 @pytest.mark.parametrize("field,value", [
@@ -76,7 +77,8 @@ def test_a_pack_holds_the_trees_and_captures_and_its_steps_name_them_relatively(
     ("settle", {"groups": [[DIGEST]], "settled": "/home/runner/.bashrc"}),
     ("settle", {"groups": [[DIGEST]], "settled": "../settled"}),
     ("settle", {"groups": "not a list of lists", "settled": "settled"}),
-    ("settle", {"groups": [[DIGEST]], "settled": "settled", "recorded": {"a": 1}})])
+    ("settle", {"groups": [[DIGEST]], "settled": "settled", "recorded": {"a": 1}}),
+    ("budget", "2"), ("budget", -1.0), ("budget", True), ("budget", 1e12)])
 def test_a_step_cannot_point_outside_its_pack(tmp_path, field, value):
     step = {"name": "old-g0", "root": "old", "captures": {DIGEST: f"captures/{DIGEST}"},
             "out": "old-g0.json", "save_tensors": None, "compare_to": None}
