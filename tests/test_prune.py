@@ -59,6 +59,11 @@ NET = {
                 return x * MODE["factor"]
 
 
+        class Doubling(nn.Module):
+            def forward(self, x):
+                return x + x
+
+
         class Secretive(nn.Module):
             def forward(self, x):
                 import os
@@ -68,7 +73,7 @@ NET = {
     "tests/test_net.py": '''
         import torch
 
-        from net.layers import MODE, Contextual, Gate, Scale, Secretive, Stack, double
+        from net.layers import MODE, Contextual, Doubling, Gate, Scale, Secretive, Stack, double
 
 
         def test_scale(monkeypatch):
@@ -106,6 +111,14 @@ NET = {
                 MODE["factor"] = 1.0
 
 
+        def test_doubling_under_a_mode():
+            MODE["factor"] = 5.0
+            try:
+                assert Doubling()(torch.ones(2)).sum() == 4.0
+            finally:
+                MODE["factor"] = 1.0
+
+
         def test_double_directly():
             assert double(torch.ones(1)).item() == 2.0
 
@@ -118,6 +131,7 @@ SCALE = "tests/test_net.py::test_scale"
 STACK = "tests/test_net.py::test_stack_trains"
 GATE = "tests/test_net.py::test_gate_both_signs"
 CONTEXT = "tests/test_net.py::test_contextual"
+CONTEXT_FREE = "tests/test_net.py::test_doubling_under_a_mode"
 DOUBLE = "tests/test_net.py::test_double_directly"
 SECRETIVE = "tests/test_net.py::test_secretive"
 
@@ -175,10 +189,18 @@ KEPT = {
     # the other branch and was not: changing that branch must keep the test.
     "uncaptured branch": (GATE, "return x * 3.0", "return x * 3.5",
                           "only in module calls that were not captured", True),
-    # The test set a module global the replay cannot see: replaying under the old code does
-    # not reproduce what the test computed, so the capture is not the call's whole context.
+    # The test set a module global the replay cannot see: the capture's digest of the
+    # module's globals differs from what a fresh process imports, so the capture is not the
+    # call's whole context.
     "global state": (CONTEXT, 'return x * MODE["factor"]', 'return MODE["factor"] * x',
-                     "did not reproduce what the test computed", False),
+                     "module state differs from what the test had at the call in net.layers",
+                     False),
+    # The same, where only the new code reads the global: the evidence's code reproduces
+    # what the test computed (it never read MODE), and a fresh process's MODE makes the new
+    # code agree with it; in the test, MODE["factor"] is 5 and the new code fails it.
+    "global only the new code reads": (
+        CONTEXT_FREE, "return x + x", 'return (x + x) * MODE["factor"]',
+        "module state differs from what the test had at the call in net.layers", True),
     "outside a module": (DOUBLE, "return x * SCALE", "return SCALE * x",
                          "ran outside any module call", False),
 }
@@ -189,7 +211,8 @@ def test_a_test_is_kept_when_pruning_cannot_prove_it_unchanged(net, case):
     test_id, old, new, why, fails = KEPT[case]
     net.edit("net/layers.py", old, new)
     assert decisions(net)[test_id]["decision"] == "selected"
-    assert why in net.fastci("explain", "-q", test_id).stdout
+    explained = net.fastci("explain", "-q", test_id).stdout
+    assert why in explained, explained
     if fails:
         assert net.fastci("run", "-q", check=False).returncode == 1
 

@@ -350,7 +350,9 @@ def _judge_capture(cand: Candidate, replays: _Replays, digest: str, tolerance: b
     if cut_off(before) or cut_off(after):
         return (f"{name} was not replayed before pruning's time limit ran out (the "
                 "prune_budget setting gives pruning more time)"), {}
-    for label, result in (("the evidence's code", before), ("the new code", after)):
+    # A replay skipped because the other failed says less than the failure: that one first.
+    for label, result in sorted((("the evidence's code", before), ("the new code", after)),
+                                key=lambda pair: pair[1].get("error") == SKIPPED):
         if result.get("error"):
             return f"replaying {name} under {label} failed: {result['error']}", {}
     recorded = cand.recorded[digest]

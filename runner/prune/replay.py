@@ -28,6 +28,7 @@ from typing import TypedDict
 
 from fastci.runner.prune.budget import Deadline
 from fastci.runner.prune.settle import SKIPPED, Settled
+from fastci.runner.prune.state import Digester
 
 UPSTREAM_SEED = 20261129
 
@@ -198,6 +199,7 @@ def _replay(path: str, root: str, timing: dict) -> tuple[dict, dict]:
     timing["load"] = time.perf_counter() - loading
     module, args, kwargs = saved["module"], saved["args"], saved["kwargs"]
     _check_code(module, root)
+    _check_state(saved.get("state"), root)
     settings = saved["settings"]
     torch.set_num_threads(settings["threads"])
     torch.set_default_dtype(getattr(torch, settings["default_dtype"].split(".")[-1]))
@@ -253,6 +255,35 @@ def _check_code(module, root: str) -> None:
             continue  # the standard library
         raise RuntimeError(f"{cls.__qualname__} was loaded from {path}, outside the tree "
                            f"being replayed ({root}); is the package installed elsewhere?")
+
+
+def _check_state(recorded: dict | None, root: str) -> None:
+    """Every repository module must hold here what it held when the test made the call
+    (`state.py`): a global the test or a fixture changed is one a fresh process cannot see,
+    and code that reads it (the new code, say) would replay what the test would not compute.
+    A module this tree cannot import is one the replayed call cannot read either."""
+    if not recorded:
+        return
+    import importlib  # noqa: PLC0415
+
+    digester = _digesters.setdefault(root, Digester(root))
+    differ = []
+    for name, (_path, digest) in recorded.items():
+        module = sys.modules.get(name)
+        if module is None:
+            try:
+                module = importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - not importable here: not readable either
+                continue
+        if digester.module(module) != digest:
+            differ.append(name)
+    if differ:
+        raise RuntimeError(f"module state differs from what the test had at the call in "
+                           f"{', '.join(sorted(differ)[:3])}: the test or a fixture changed "
+                           "its globals, which a fresh process cannot reproduce")
+
+
+_digesters: dict[str, Digester] = {}
 
 
 def _compare(kept: dict, before_path: str) -> dict:

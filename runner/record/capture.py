@@ -2,9 +2,11 @@
 
 `torch.nn.Module.__call__` is wrapped for the session. For each call of a module whose class
 lives in the repository, the first call per (instance, call signature) in a test is kept:
-the module as torch.save keeps it, the arguments, the RNG and torch's global settings, and
-the fingerprints of what it returned. The call runs under its own coverage context
-(`<test>|cap:<n>`), so the evidence says which executed lines ran inside which captured call.
+the module as torch.save keeps it, the arguments, the RNG and torch's global settings, a
+digest of every repository module's globals (`prune/state.py`: what the replay's fresh
+process must find), and the fingerprints of what it returned. The call runs under its own
+coverage context (`<test>|cap:<n>`), so the evidence says which executed lines ran inside
+which captured call.
 Later calls with a signature already seen run under `<test>|in` when nothing encloses them,
 or stay in the enclosing captured call's context (replaying that call runs them too). A
 per-test byte budget bounds what is kept; a call past it, or one that cannot be pickled, is
@@ -28,7 +30,10 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fastci.runner.prune.state import Digester
 
 INSIDE = "|in"
 CAPTURED = "|cap:"
@@ -68,6 +73,7 @@ class ModuleCapture:
         self._environ = dict(getattr(recorder, "environ", os.environ))  # as the session began
         self.captures: dict[str, list[Capture]] = {}
         self.blobs: dict[str, Path] = {}  # digest -> spilled file
+        self._digester: Digester | None = None  # made at the first capture
 
     # -- lifecycle ---------------------------------------------------------------------------
     def install(self) -> None:
@@ -157,6 +163,22 @@ class ModuleCapture:
                     capture.digest, capture.why = None, f"output not fingerprintable: {exc}"
         return out
 
+    def _module_state(self) -> dict[str, list[str]]:
+        """Module name -> [its path in the repository, the digest of its globals] for every
+        repository module imported so far (`prune/state.py`): what the replay must find."""
+        from fastci.runner.prune.state import Digester  # noqa: PLC0415 (the prune package imports this one)
+
+        recorder = self.recorder
+        recorder.scan_modules()  # a module the test imported lazily counts too
+        if self._digester is None:
+            self._digester = Digester(self.root)
+        out = {}
+        for name, module in recorder.repository_modules:
+            path = getattr(module, "__file__", None) or ""
+            out[name] = [os.path.relpath(os.path.realpath(path), self.root),
+                         self._digester.module(module)]
+        return out
+
     def _session_environment(self) -> dict:
         """Variables set or changed since the session started (a conftest's
         TRITON_INTERPRET=1): code may read them at import, so the replay needs them too.
@@ -173,6 +195,7 @@ class ModuleCapture:
 
         buffer = io.BytesIO()
         try:
+            state = self._module_state()
             torch.save({
                 "module": module, "args": detached(args), "kwargs": detached(kwargs),
                 "rng": torch.get_rng_state(),
@@ -182,6 +205,7 @@ class ModuleCapture:
                              "threads": torch.get_num_threads(),
                              "default_dtype": str(torch.get_default_dtype()),
                              "deterministic": torch.are_deterministic_algorithms_enabled()},
+                "state": state,
             }, buffer)
         except Exception as exc:  # noqa: BLE001 - an unpicklable module is simply not kept
             capture.why = f"cannot be saved: {type(exc).__name__}: {str(exc)[:200]}"

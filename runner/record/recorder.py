@@ -127,6 +127,7 @@ class Recorder:
         self._hooked: list = []
         self._module_count = -1
         self._modules_seen: set[str] = set()
+        self.repository_modules: list[tuple[str, ModuleType]] = []  # as scan_modules found them
         self.children: Children | None = None  # children record for the test that started them
         self.file_events: FileEvents | None = None  # every reader's opens, native ones too
         self.file_events_lost: set[str] = set()  # contexts whose kernel events overflowed
@@ -266,6 +267,7 @@ class Recorder:
             self._modules_seen.add(name)
             if self._repository_module(name, module):
                 fresh.append((name, module))
+                self.repository_modules.append((name, module))
                 if type(module) is ModuleType:
                     module.__class__ = tracing.RecordingModule
                     self._hooked.append(module)

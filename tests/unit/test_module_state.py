@@ -1,0 +1,73 @@
+"""Digests of module state (`runner/prune/state.py`): what a replay's fresh process must find
+of every repository module. Each test changes state the way a test or fixture would and
+asserts the digest sees it, or shows what two processes legitimately disagree on and asserts
+the digest does not."""
+
+from __future__ import annotations
+
+import threading
+import types
+
+import pytest
+
+from fastci.runner.prune.state import Digester
+
+
+def module(name: str = "pkg.config", **values) -> types.ModuleType:
+    mod = types.ModuleType(name)
+    mod.__file__ = f"/checkout/{name.replace('.', '/')}.py"
+    vars(mod).update(values)
+    return mod
+
+
+def helper(x):
+    return x
+
+
+def other(x):
+    return x
+
+
+@pytest.mark.parametrize("change", [
+    lambda m: m.MODE.__setitem__("factor", 5.0),     # a configuration dict set by a test
+    lambda m: setattr(m, "LIMIT", 4),                 # a constant rebound
+    lambda m: setattr(m, "step", other),              # a function monkeypatched in
+    lambda m: m.ITEMS.append(3),                      # a list grown
+    lambda m: setattr(m.Settings, "debug", True),     # a class attribute set
+    lambda m: setattr(m.DEFAULT, "lr", 0.5),          # an instance's attribute
+    lambda m: setattr(m, "ADDED", 1),                 # a global the test added
+])
+def test_a_change_a_test_could_make_changes_the_digest(change):
+    class Settings:
+        debug = False
+
+        def method(self):
+            return self
+
+    Settings.__module__ = "pkg.config"
+    default = types.SimpleNamespace(lr=0.1)
+    mod = module(MODE={"factor": 1.0}, LIMIT=3, step=helper, ITEMS=[1, 2],
+                 Settings=Settings, DEFAULT=default)
+    before = Digester("/checkout").module(mod)
+    change(mod)
+    assert Digester("/checkout").module(mod) != before
+
+
+def test_what_two_checkouts_and_processes_disagree_on_does_not_count():
+    one = module(ROOT="/one/data", lock=threading.Lock(), obj=object(), __file__="/one/x.py",
+                 __cached__="/one/x.pyc")
+    two = module(ROOT="/two/data", lock=threading.Lock(), obj=object(), __file__="/two/x.py")
+    vars(two)["@py_builtins"] = __builtins__  # pytest's assertion rewriting in a test module
+    assert Digester("/one").module(one) == Digester("/two").module(two)
+
+
+def test_a_tensor_changed_in_place_changes_the_digest():
+    torch = pytest.importorskip("torch")
+    table = torch.arange(6.0)
+    mod = module(TABLE=table)
+    digester = Digester("/checkout")
+    before = digester.module(mod)
+    assert digester.module(mod) == before  # cached by version: read again, the same
+    table[2] = 100.0  # in place: the version moves
+    assert digester.module(mod) != before
+    assert Digester("/checkout").module(module(TABLE=torch.arange(6.0))) == before
