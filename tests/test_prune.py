@@ -193,14 +193,14 @@ KEPT = {
     # module's globals differs from what a fresh process imports, so the capture is not the
     # call's whole context.
     "global state": (CONTEXT, 'return x * MODE["factor"]', 'return MODE["factor"] * x',
-                     "module state differs from what the test had at the call in net.layers",
+                     "module state differs from what the test had at the call: net.layers.MODE",
                      False),
     # The same, where only the new code reads the global: the evidence's code reproduces
     # what the test computed (it never read MODE), and a fresh process's MODE makes the new
     # code agree with it; in the test, MODE["factor"] is 5 and the new code fails it.
     "global only the new code reads": (
         CONTEXT_FREE, "return x + x", 'return (x + x) * MODE["factor"]',
-        "module state differs from what the test had at the call in net.layers", True),
+        "module state differs from what the test had at the call: net.layers.MODE", True),
     "outside a module": (DOUBLE, "return x * SCALE", "return SCALE * x",
                          "ran outside any module call", False),
 }

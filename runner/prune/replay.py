@@ -28,7 +28,7 @@ from typing import TypedDict
 
 from fastci.runner.prune.budget import Deadline
 from fastci.runner.prune.settle import SKIPPED, Settled
-from fastci.runner.prune.state import Digester
+from fastci.runner.prune.state import Digester, differing
 
 UPSTREAM_SEED = 20261129
 
@@ -266,21 +266,20 @@ def _check_state(recorded: dict | None, root: str) -> None:
         return
     import importlib  # noqa: PLC0415
 
-    digester = _digesters.setdefault(root, Digester(root))
-    differ = []
-    for name, (_path, digest) in recorded.items():
-        module = sys.modules.get(name)
-        if module is None:
+    for name in recorded:  # all first: importing one fills others (a package's registry)
+        if name not in sys.modules:
             try:
-                module = importlib.import_module(name)
+                importlib.import_module(name)
             except Exception:  # noqa: BLE001 - not importable here: not readable either
                 continue
-        if digester.module(module) != digest:
-            differ.append(name)
+    digester = _digesters.setdefault(root, Digester(root))
+    differ = [f"{name}.{key}" for name, (_path, names) in sorted(recorded.items())
+              if name in sys.modules
+              for key in differing(names, digester.module(sys.modules[name]))]
     if differ:
-        raise RuntimeError(f"module state differs from what the test had at the call in "
-                           f"{', '.join(sorted(differ)[:3])}: the test or a fixture changed "
-                           "its globals, which a fresh process cannot reproduce")
+        raise RuntimeError(f"module state differs from what the test had at the call: "
+                           f"{', '.join(differ[:3])}{' ...' if len(differ) > 3 else ''} (the "
+                           "test or a fixture set it; a fresh process cannot)")
 
 
 _digesters: dict[str, Digester] = {}

@@ -7,17 +7,18 @@ a function monkeypatched into a module. When the evidence's code never read that
 replay still reproduces what the test computed; but the new code may read it, and then the
 replay computes under the fresh state what the test would not (a change to
 `return x * MODE["factor"]` replays equal, and fails in the test). So each capture keeps a
-digest of every repository module's globals at the moment of the call, and each replay,
-after loading the call, takes the same digests of the modules as its tree imports them: a
-module whose digest differs keeps the test selected, naming it.
+digest of each global of every repository module at the moment of the call, and each
+replay, after loading the call, takes the same digests of the modules as its tree imports
+them: a global whose digest differs keeps the test selected, naming it.
 
 A digest reads values without running their code: plain data by value (strings with the
 repository's root taken out, so that two checkouts agree), containers to a bounded depth and
-length, tensors and arrays by their bytes, functions, classes and modules by their qualified
-names, a repository class's plain class attributes, and other objects by their type and
-their attributes. What it cannot read (an object with no attributes to see, a container past
-the bounds) counts by its type alone: a change in such state goes unseen, which the README
-lists among what stays uncovered.
+length, tensors and arrays by their bytes, functions and classes by their qualified names
+(a repository class with its plain class attributes), an instance of a repository class by
+its attributes, and any other object by its repr without addresses (a library's objects
+fill caches lazily: a logger's level cache, a Triton kernel's compiled variants). What that
+cannot read (state a repr hides, a container past the bounds) goes unseen, which the
+README lists among what stays uncovered.
 
 Plain standard library (torch and numpy are only recognised if already imported): the
 recording side and the replay process both use it.
@@ -30,7 +31,6 @@ import os
 import re
 import sys
 from types import BuiltinFunctionType, FunctionType, MethodType, ModuleType
-from typing import Iterable
 
 MAX_DEPTH = 4
 MAX_ITEMS = 256  # of a container: the rest count by their number
@@ -49,23 +49,24 @@ class Digester:
         # id -> (the tensor, its version, digest): the tensor is held, so its id is never
         # another's while the entry stands; an in-place change bumps the version
         self._tensors: dict[int, tuple[object, int, str]] = {}
+        self._classes: dict[type, bool] = {}
 
-    def modules(self, modules: Iterable[tuple[str, ModuleType]]) -> dict[str, str]:
-        """Module name -> digest of its globals (dunder names left out: they name the
-        checkout, and the import system keeps them; so are names no source can write, which
-        pytest's assertion rewriting adds to test modules)."""
-        return {name: self.module(module) for name, module in modules}
-
-    def module(self, module: ModuleType) -> str:
+    def module(self, module: ModuleType) -> dict[str, str]:
+        """Global name -> digest of its value. Left out: dunder names (they name the checkout,
+        and the import system keeps them), names no source can write (pytest's assertion
+        rewriting adds them to test modules), and modules (a package gains its submodules
+        in whatever order they are imported)."""
         namespace = object.__getattribute__(module, "__dict__")
         own = namespace.get("__name__")
-        parts = []
+        out = {}
         for key, value in list(namespace.items()):
             if key.startswith("__") and key.endswith("__") or not key.isidentifier():
                 continue  # a checkout's names, or pytest's assertion rewriter's "@py_..."
-            parts.append(f"{key}={self.value(value, 0, own)}")
-        return hashlib.blake2b("\n".join(parts).encode(errors="surrogatepass"),
-                               digest_size=12).hexdigest()
+            if isinstance(value, ModuleType):
+                continue  # a package gains its submodules as they are imported, in any order
+            out[key] = hashlib.blake2b(self.value(value, 0, own).encode(
+                errors="surrogatepass"), digest_size=8).hexdigest()
+        return out
 
     def value(self, value: object, depth: int, module: str | None = None) -> str:
         kind = type(value)
@@ -98,10 +99,21 @@ class Digester:
         if array is not None:
             return array
         attributes = getattr(value, "__dict__", None)
-        if isinstance(attributes, dict) and attributes:
+        if isinstance(attributes, dict) and attributes and self._ours(kind):
             return f"<{kind.__module__}.{kind.__qualname__}>" + self.value(
                 attributes, depth + 1)
         return self._repr(value)
+
+    def _ours(self, kind: type) -> bool:
+        """Is this class the repository's? Its instances are read attribute by attribute;
+        another library's objects by their repr, which shows what the library chose to
+        show and not its lazily filled caches (a logger's, a Triton kernel's)."""
+        known = self._classes.get(kind)
+        if known is None:
+            path = getattr(sys.modules.get(kind.__module__), "__file__", None) or ""
+            known = self._classes[kind] = os.path.realpath(path).startswith(
+                self.root + os.sep) and "site-packages" not in path
+        return known
 
     def _repr(self, value: object) -> str:
         """An object with no attributes to read (a torch.device, a lock, a C type): its
@@ -141,6 +153,15 @@ class Digester:
         return None
 
 
+def differing(recorded: dict[str, str], now: dict[str, str]) -> list[str]:
+    """The globals whose value differs from what was recorded, or that the recording lacks
+    (the test deleted them). A name only the recording has is one something added as the
+    session ran (Triton's interpreter adds its helpers to a kernel's module at the first
+    launch; a test may add one): a fresh process lacks it, and code that reads it there
+    fails, which keeps its tests."""
+    return sorted(k for k in now if recorded.get(k) != now[k])
+
+
 def _tensor_digest(torch, value) -> str:
     try:
         data = value.detach().cpu().contiguous().reshape(-1)
@@ -150,4 +171,4 @@ def _tensor_digest(torch, value) -> str:
     return hashlib.blake2b(raw, digest_size=12).hexdigest()
 
 
-__all__ = ["Digester"]
+__all__ = ["Digester", "differing"]

@@ -163,9 +163,11 @@ class ModuleCapture:
                     capture.digest, capture.why = None, f"output not fingerprintable: {exc}"
         return out
 
-    def _module_state(self) -> dict[str, list[str]]:
-        """Module name -> [its path in the repository, the digest of its globals] for every
-        repository module imported so far (`prune/state.py`): what the replay must find."""
+    def _module_state(self) -> dict[str, list]:
+        """Module name -> [its path in the repository, its globals' digests] for every
+        repository module imported so far but test files and conftest.py files
+        (`prune/state.py`): what the replay must find."""
+        from fastci.runner.analysis.discover import is_test_file  # noqa: PLC0415
         from fastci.runner.prune.state import Digester  # noqa: PLC0415 (the prune package imports this one)
 
         recorder = self.recorder
@@ -174,9 +176,11 @@ class ModuleCapture:
             self._digester = Digester(self.root)
         out = {}
         for name, module in recorder.repository_modules:
-            path = getattr(module, "__file__", None) or ""
-            out[name] = [os.path.relpath(os.path.realpath(path), self.root),
-                         self._digester.module(module)]
+            path = os.path.relpath(os.path.realpath(getattr(module, "__file__", None) or ""),
+                                   self.root)
+            if is_test_file(path) or os.path.basename(path) == "conftest.py":
+                continue  # pytest's (fixtures, marks, rewritten asserts): no fresh import has it
+            out[name] = [path, self._digester.module(module)]
         return out
 
     def _session_environment(self) -> dict:
