@@ -36,7 +36,7 @@ class Settings:
     prune: str = "exact"
     """Equivalent-context pruning: "exact" (bit-identical replays), "tolerance" (within the
     per-dtype tolerances of `fastci.kernels.compare`) or "off"."""
-    prune_budget: float = 1.0
+    prune_budget: float = 2.0
     """Seconds each replay process may replay for once started (0: no limit); its start-up
     (importing torch, which a warm zygote has done) is not counted. Calls still running then
     stop, and the tests they would have decided stay selected. A suite of long GPU tests,
