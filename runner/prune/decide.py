@@ -347,12 +347,13 @@ def _judge_capture(cand: Candidate, replays: _Replays, digest: str, tolerance: b
         if unlike:
             return (f"{name} under the new code differs at {', '.join(unlike[:3])} (from "
                     "what the test computed)"), {}
-    if cut_off(before) or cut_off(after):
-        return (f"{name} was not replayed before pruning's time limit ran out (the "
-                "prune_budget setting gives pruning more time)"), {}
-    # A replay skipped because the other failed says less than the failure: that one first.
+    # A failure says more than a replay cut off by the time limit, which says more than one
+    # skipped because the other failed: the most telling first.
     for label, result in sorted((("the evidence's code", before), ("the new code", after)),
-                                key=lambda pair: pair[1].get("error") == SKIPPED):
+                                key=lambda pair: _telling(pair[1])):
+        if cut_off(result):
+            return (f"{name} was not replayed before pruning's time limit ran out (the "
+                    "prune_budget setting gives pruning more time)"), {}
         if result.get("error"):
             return f"replaying {name} under {label} failed: {result['error']}", {}
     recorded = cand.recorded[digest]
@@ -381,6 +382,10 @@ def _judge_capture(cand: Candidate, replays: _Replays, digest: str, tolerance: b
         "fingerprints": len(after["fingerprints"]),
         "before": _hashes(before["fingerprints"]), "after": _hashes(after["fingerprints"]),
         "replay_seconds": round(before.get("seconds", 0.0) + after.get("seconds", 0.0), 4)}
+
+
+def _telling(result: Mapping) -> int:
+    return 2 if result.get("error") == SKIPPED else 1 if cut_off(result) else 0
 
 
 def _skipped(replays: _Replays, digest: str) -> int:

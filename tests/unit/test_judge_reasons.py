@@ -1,0 +1,39 @@
+"""Why a candidate stays selected when its two replays did not both run: the reason names
+the most telling of them (a failure, then the time limit, then a skip caused by the other),
+whichever tree's process happened to finish first."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from fastci.runner.prune.budget import Deadline
+from fastci.runner.prune.decide import Candidate, _judge_capture
+from fastci.runner.prune.settle import SKIPPED
+
+FAILED = {"fingerprints": {}, "error": "RuntimeError: module state differs: net.MODE"}
+CUT = Deadline(2.0).result()
+SKIP = {"fingerprints": {}, "error": SKIPPED}
+FINE = {"fingerprints": {"out": {"hash": "a"}}, "error": None}
+
+
+def why(before: dict, after: dict) -> str:
+    cand = Candidate("t", ("d",), {"d": "net.Scale"}, {"d": {"out": {"hash": "a"}}})
+    replays = SimpleNamespace(missing=set(), corrupt=set(), old={"d": before},
+                              new={"d": after})
+    reason, _ = _judge_capture(cand, replays, "d", tolerance=False)
+    assert reason is not None
+    return reason
+
+
+@pytest.mark.parametrize("before,after,expected", [
+    (SKIP, FAILED, "under the new code failed: RuntimeError: module state differs"),
+    (FAILED, SKIP, "under the evidence's code failed: RuntimeError: module state differs"),
+    (CUT, FAILED, "under the new code failed: RuntimeError: module state differs"),
+    (FAILED, CUT, "under the evidence's code failed: RuntimeError"),
+    (CUT, FINE, "not replayed before pruning's time limit ran out"),
+    (SKIP, CUT, "not replayed before pruning's time limit ran out"),
+])
+def test_the_most_telling_replay_gives_the_reason(before, after, expected):
+    assert expected in why(before, after)
