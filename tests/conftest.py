@@ -22,6 +22,10 @@ if not Path("/proc/driver/nvidia/version").exists():
 # Warm replays leave a zygote waiting for the next replay, for minutes: tests replay cold,
 # and the tests of the zygote start and stop their own.
 os.environ.setdefault("FASTCI_WARM_REPLAYS", "0")
+# What pruning decides must not hang on the machine's speed: under a loaded CI run a replay
+# can outlast the default budget and keep a test the assertion expects pruned. The budget's
+# own tests set one (tests/unit/test_budget.py, test_prune.py).
+os.environ.setdefault("FASTCI_PRUNE_BUDGET", "0")
 # Every selection the tests make from a stored snapshot is also made by evaluating every
 # test, and must agree with the one its index made (`selection/crosscheck.py`).
 os.environ.setdefault("FASTCI_CHECK_INDEX", "1")
