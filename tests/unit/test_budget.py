@@ -121,7 +121,6 @@ class Quick(nn.Module):
 @pytest.mark.parametrize("budget,cls,cut", [(0.5, "Slow", True), (30.0, "Quick", False),
                                             (None, "Quick", False)])
 def test_a_replay_process_keeps_to_its_budget(tmp_path, budget, cls, cut):
-    pytest.importorskip("torch")
     (tmp_path / "net").mkdir()
     (tmp_path / "net" / "__init__.py").write_text("")
     (tmp_path / "net" / "layers.py").write_text(textwrap.dedent(LAYERS))
