@@ -30,6 +30,7 @@ from .settings import AppSettings, load
 log = logging.getLogger("fastci.app")
 ABANDONED = "AbandonedJobError: abandoned: its worker lost Redis while running it"
 OUTAGE_REQUEUES = 2  # times the selection side's job is run again after outages
+PUBSUB_POLL = 1.0  # seconds a worker's pubsub thread reads for (its stop waits that long)
 
 
 class FastCIWorker(SimpleWorker):
@@ -98,6 +99,19 @@ class FastCIWorker(SimpleWorker):
     def request_stop(self, signum, frame) -> None:
         self.stopping = True
         super().request_stop(signum, frame)
+
+    def subscribe(self) -> None:
+        """RQ's, with the pubsub thread (commands such as kill-horse) reading for at most a
+        second at a time rather than a minute: since redis-py 8.2, stopping that thread
+        waits until its read returns, so every worker's shutdown, a burst worker's end
+        included, took up to 60 s (RQ's own join has a 1 s timeout it can no longer keep)."""
+        self.log.info("Worker %s: subscribing to channel %s", self.name,
+                      self.pubsub_channel_name)
+        self.pubsub = self.connection.pubsub()
+        self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
+        self.pubsub_thread = self.pubsub.run_in_thread(
+            sleep_time=PUBSUB_POLL, daemon=True,
+            exception_handler=self._pubsub_exception_handler)
 
     def execute_job(self, job, queue) -> None:
         advances = advance_queue_name(self.fastci_prefix)
