@@ -132,7 +132,8 @@ def selection_from_json(data: dict) -> Selection:
     """A selection as `Selection.to_json` wrote it (what a run keeps between its jobs)."""
     decisions = tuple(Decision(
         t["id"], t["decision"] == "selected", tuple(t["reasons"]), t["risk"],
-        t["expected_seconds"], t["rank"], t["dimension"], t["new"], pruned=t.get("pruned"))
+        t["expected_seconds"], t["rank"], t["dimension"], t["new"], pruned=t.get("pruned"),
+        not_pruned=t.get("not_pruned"))
         for t in data["tests"])
     return Selection(base=data["base"], head=data["head"], decisions=decisions,
                      select_all_reason=data["select_all_reason"],

@@ -143,7 +143,7 @@ def _send_replays(ctx: Context, store: RunStore, run: Run, runs, selection_run,
           seconds + QUEUE_ALLOWANCE + SELECTION_DEADLINE)
     runs.update(selection_run, output=github.CheckRunOutput(
         "Selecting tests… (replaying on a runner)",
-        f"FastCI is replaying recorded module calls under this change on a runner "
+        f"FastCI is replaying recorded calls under this change on a runner "
         f"({items} replay process(es)), to prune the tests whose computations it proves "
         "unchanged; the selection follows when they are done."))
     run.data["sent"] = runs.sent()

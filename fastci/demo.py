@@ -239,10 +239,10 @@ def table(outcomes: list[Outcome]) -> str:
     lines.append("-" * len(head))
     lines.append(f"over {len(outcomes)} changes: skipped {skipped:.1f} of {total:.1f} recorded "
                  f"test-seconds ({skipped / max(total, 1e-9):.0%} saved); {pruned} tests "
-                 f"pruned by replaying their module calls; known failures missed: {missed}")
+                 f"pruned by replaying their captured calls; known failures missed: {missed}")
     lines.append("saved = recorded test-seconds of the skipped tests / of the whole suite; "
                  "test-s run = what the selected tests took in this run; pruned = tests the "
-                 "trace diff selected whose module calls replayed bit-identically")
+                 "trace diff selected whose captured calls replayed bit-identically")
     return "\n".join(lines)
 
 

@@ -196,7 +196,7 @@ class Engine:
             saved = sum(e["test_seconds"] for e in outcome.pruned.values())
             note = (f"pruned {len(outcome.pruned)} of {len(outcome.pruned) + len(outcome.kept)} "
                     f"candidate tests ({saved:.2f} s of recorded test time) by replaying their "
-                    f"module calls: {outcome.replay_seconds:.2f} s of replay compute, "
+                    f"captured calls: {outcome.replay_seconds:.2f} s of replay compute, "
                     f"{outcome.seconds:.1f} s of wall time with process start-up")
         else:
             note = (f"pruning kept all {len(outcome.kept)} candidate tests"

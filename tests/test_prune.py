@@ -132,7 +132,6 @@ STACK = "tests/test_net.py::test_stack_trains"
 GATE = "tests/test_net.py::test_gate_both_signs"
 CONTEXT = "tests/test_net.py::test_contextual"
 CONTEXT_FREE = "tests/test_net.py::test_doubling_under_a_mode"
-DOUBLE = "tests/test_net.py::test_double_directly"
 SECRETIVE = "tests/test_net.py::test_secretive"
 
 
@@ -188,7 +187,7 @@ KEPT = {
     # The first Gate call (positive input) was captured; the second, of the same shape, ran
     # the other branch and was not: changing that branch must keep the test.
     "uncaptured branch": (GATE, "return x * 3.0", "return x * 3.5",
-                          "only in module calls that were not captured", True),
+                          "only in calls that were not captured", True),
     # The test set a module global the replay cannot see: the capture's digest of the
     # module's globals differs from what a fresh process imports, so the capture is not the
     # call's whole context.
@@ -201,8 +200,6 @@ KEPT = {
     "global only the new code reads": (
         CONTEXT_FREE, "return x + x", 'return (x + x) * MODE["factor"]',
         "module state differs from what the test had at the call: net.layers.MODE", True),
-    "outside a module": (DOUBLE, "return x * SCALE", "return SCALE * x",
-                         "ran outside any module call", False),
 }
 
 

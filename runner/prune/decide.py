@@ -106,7 +106,7 @@ def _needed_captures(blocks, modules: dict, inventories) -> tuple[str | None, se
             return {n for n in lines if fb.owner_of(n) == qualname}
 
         if mine(modules["outside"].get(path, ())):
-            return f"{path}::{qualname} ran outside any module call", set()
+            return f"{path}::{qualname} ran outside any captured call", set()
         reached: set[int] = set()
         hit = False
         for capture in modules["captures"]:
@@ -121,10 +121,10 @@ def _needed_captures(blocks, modules: dict, inventories) -> tuple[str | None, se
             hit = True
         uncaptured = mine(modules["inside"].get(path, ())) - reached
         if not hit:
-            return f"{path}::{qualname} ran in no captured module call", set()
+            return f"{path}::{qualname} ran in no captured call", set()
         if uncaptured:
-            return (f"{path}::{qualname} ran lines {_span(uncaptured)} only in module calls "
-                    "that were not captured"), set()
+            return (f"{path}::{qualname} ran lines {_span(uncaptured)} only in calls that "
+                    "were not captured"), set()
     return None, needed
 
 
@@ -143,12 +143,13 @@ def prune(repo: Repo, store: EvidenceStore, selection: Selection, snapshot, head
     progress = progress or (lambda _message: None)
     found, kept = candidates(selection, snapshot, old_inventories)
     if not found:
-        return PruneOutcome(selection, kept=kept, seconds=time.perf_counter() - started)
+        return PruneOutcome(_apply(selection, {}, mode, kept), kept=kept,
+                            seconds=time.perf_counter() - started)
     decisions = {d.test_id: d for d in selection.decisions}
     limit = budget if budget > 0 else None
     digests = sorted({d for c in found for d in c.captures})
     classes = sorted({c for cand in found for c in cand.classes})
-    progress(f"pruning: replaying {len(digests)} captured module calls for "
+    progress(f"pruning: replaying {len(digests)} captured calls for "
              f"{len(found)} candidate tests")
     tolerance = mode == "tolerance"
     with tempfile.TemporaryDirectory(prefix="fastci-replay-") as tmp:
@@ -178,7 +179,7 @@ def prune(repo: Repo, store: EvidenceStore, selection: Selection, snapshot, head
                          [*replays.old.values(), *replays.new.values()])
     results = [*replays.old.values(), *replays.new.values()]
     skipped = sum(r.get("error") == SKIPPED for r in results)
-    new_selection = _apply(selection, pruned, mode)
+    new_selection = _apply(selection, pruned, mode, kept)
     return PruneOutcome(new_selection, pruned, kept, head_lines,
                         time.perf_counter() - started, replay_seconds, skipped,
                         sum(map(cut_off, results)), limit)
@@ -320,11 +321,16 @@ def _judge(cand: Candidate, replays: _Replays, tolerance: bool) -> tuple[str | N
                     "inherited attribute"), {}
         checked.append({"class": f"{path}::{qualname}", "added": list(names)})
     # A capture skipped because the test is settled by another: that other one says why.
+    whys = []
     for digest in sorted(cand.captures, key=lambda d: _skipped(replays, d)):
         why, entry = _judge_capture(cand, replays, digest, tolerance)
-        if why:
+        if why and SKIPPED not in why:
             return why, {}
+        if why:
+            whys.append(why)
         replayed.append(entry)
+    if whys:
+        return whys[0], {}
     return None, {"mode": "tolerance" if tolerance else "exact", "replayed": replayed,
                   "classes": checked,
                   "replay_seconds": round(sum(r["replay_seconds"] for r in replayed), 4)}
@@ -370,6 +376,7 @@ def _judge_capture(cand: Candidate, replays: _Replays, digest: str, tolerance: b
     if tolerance:
         close = after.get("close", {})
         bad = [p for p, v in close.items() if v != "ok"] or ([] if close else ["*"])
+        bad += _exact_differences(before["fingerprints"], after["fingerprints"])
         if bad:
             return (f"{name} under the new code differs beyond tolerance at "
                     f"{', '.join(bad[:3])}"), {}
@@ -382,6 +389,18 @@ def _judge_capture(cand: Candidate, replays: _Replays, digest: str, tolerance: b
         "fingerprints": len(after["fingerprints"]),
         "before": _hashes(before["fingerprints"]), "after": _hashes(after["fingerprints"]),
         "replay_seconds": round(before.get("seconds", 0.0) + after.get("seconds", 0.0), 4)}
+
+
+def _exact_differences(before: Mapping[str, dict], after: Mapping[str, dict]) -> list[str]:
+    """What tolerance cannot excuse: every leaf but the tensors' values (compared within
+    tolerance apart) must be equal: plain values, structure, the modules' globals after the
+    call, and the RNG (one more draw changes every later random number)."""
+    def numeric(path: str) -> bool:
+        if path.endswith("#"):  # an exact digest that includes tensor values
+            return True
+        a, b = before.get(path) or {}, after.get(path) or {}
+        return path != "rng" and "dtype" in a and "dtype" in b
+    return [p for p in differences(before, after) if not numeric(p)]
 
 
 def _telling(result: Mapping) -> int:
@@ -411,19 +430,22 @@ def _hashes(prints: dict) -> dict:
     return {p: v.get("hash", v.get("repr", v.get("error"))) for p, v in sorted(prints.items())}
 
 
-def _apply(selection: Selection, pruned: Mapping[str, dict], mode: str) -> Selection:
-    if not pruned:
+def _apply(selection: Selection, pruned: Mapping[str, dict], mode: str,
+           kept: Mapping[str, str]) -> Selection:
+    """Skip the pruned tests, with their evidence; say why each other candidate stays."""
+    if not pruned and not kept:
         return selection
     decisions = []
     for d in selection.decisions:
         evidence = pruned.get(d.test_id)
         if evidence is None:
-            decisions.append(d)
+            why = kept.get(d.test_id)
+            decisions.append(replace(d, not_pruned=why) if why and d.selected else d)
             continue
         names = sorted({r["module"].rsplit(".", 1)[-1] for r in evidence["replayed"]})
         n = len(evidence["replayed"])
         same = "bit-identical" if mode == "exact" else "within tolerance"
-        reason = (f"pruned: {n} module call{'s' if n != 1 else ''} it made "
+        reason = (f"pruned: {n} call{'s' if n != 1 else ''} it made "
                   f"({', '.join(names)}) replayed under the new code gave {same} outputs, "
                   f"state and gradients (replay {evidence['replay_seconds']:.3f} s vs "
                   f"{evidence['test_seconds']:.3f} s for the test)")

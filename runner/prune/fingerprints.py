@@ -76,6 +76,39 @@ def fingerprints(value: Any, prefix: str, summaries: bool = True) -> dict[str, d
     return out
 
 
+def exact_digest(value: Any, values: bool = True) -> str:
+    """A sha256 of the whole value: pickled, with each tensor standing as its hash, dtype,
+    shape, strides, device and requires_grad. Unlike `fingerprints` it has no depth or
+    length limit, so two values with one digest are equal all the way down (a function's
+    return is often a config, a long string or an object graph). Equal values can still
+    differ here (a set's order, say): that keeps a test, never prunes one. Raises when the
+    value cannot be pickled (a lambda, a lock): the call is then not replayable. Without
+    `values` tensors stand by all but their hash: the structure a tolerance comparison
+    still requires to be equal."""
+    import hashlib  # noqa: PLC0415
+    import io  # noqa: PLC0415
+    import pickle  # noqa: PLC0415
+
+    class _Pickler(pickle.Pickler):
+        def persistent_id(self, obj):
+            if isinstance(obj, torch.Tensor):
+                t = obj.detach()
+                if values:
+                    leaf = tensor_leaf(t, summaries=False)
+                    if "error" in leaf:
+                        raise TypeError(leaf["error"])
+                    value = leaf["hash"]
+                else:
+                    value = ""
+                return ("tensor", value, str(t.dtype), tuple(t.shape), tuple(t.stride()),
+                        t.device.type, t.layout, obj.requires_grad)
+            return None
+
+    buffer = io.BytesIO()
+    _Pickler(buffer, protocol=4).dump(value)
+    return hashlib.sha256(buffer.getvalue()).hexdigest()[:32]
+
+
 def tensors(value: Any, prefix: str) -> dict[str, torch.Tensor]:
     return {p: t for p, t in walk(value, prefix) if isinstance(t, torch.Tensor)}
 

@@ -24,6 +24,7 @@ import os
 import sys
 import time
 import traceback
+from contextlib import contextmanager
 from typing import TypedDict
 
 from fastci.runner.prune.budget import Deadline
@@ -52,6 +53,7 @@ def main(argv: list[str]) -> int:
     os.chdir(root)
     if request["captures"]:
         _start_up()
+        _watch_effects()
     cov = None
     if request.get("trace"):
         import coverage  # noqa: PLC0415
@@ -197,16 +199,13 @@ def _replay(path: str, root: str, timing: dict) -> tuple[dict, dict]:
     loading = time.perf_counter()
     saved = torch.load(path, weights_only=False, map_location=None)
     timing["load"] = time.perf_counter() - loading
+    if "function" in saved:
+        return _replay_function(saved, root)
     module, args, kwargs = saved["module"], saved["args"], saved["kwargs"]
     _check_code(module, root)
     _check_state(saved.get("state"), root)
     settings = saved["settings"]
-    torch.set_num_threads(settings["threads"])
-    torch.set_default_dtype(getattr(torch, settings["default_dtype"].split(".")[-1]))
-    torch.use_deterministic_algorithms(settings["deterministic"])
-    torch.set_rng_state(saved["rng"])
-    if saved.get("cuda_rng") is not None:
-        torch.cuda.set_rng_state_all(saved["cuda_rng"])
+    _restore(saved)
     with torch.set_grad_enabled(settings["grad"]):
         out = module(*args, **kwargs)
     prints = {**fingerprints(out, "out"),
@@ -229,6 +228,170 @@ def _replay(path: str, root: str, timing: dict) -> tuple[dict, dict]:
         prints.update(fingerprints(grads, "grads"))
         kept.update(tensors(grads, "grads"))
     return prints, kept
+
+
+def _restore(saved: dict) -> None:
+    """torch's settings and RNG as the test had them at the call."""
+    import torch  # noqa: PLC0415
+
+    settings = saved["settings"]
+    torch.set_num_threads(settings["threads"])
+    torch.set_default_dtype(getattr(torch, settings["default_dtype"].split(".")[-1]))
+    torch.use_deterministic_algorithms(settings["deterministic"])
+    torch.set_rng_state(saved["rng"])
+    if saved.get("cuda_rng") is not None:
+        torch.cuda.set_rng_state_all(saved["cuda_rng"])
+
+
+def _replay_function(saved: dict, root: str) -> tuple[dict, dict]:
+    """A captured call of a plain function (`capture.call_function`): the function is the
+    one this tree's module binds under the recorded name. Besides what a module call's
+    replay compares, the whole return value and arguments are compared exactly
+    (`exact_digest`), and so are the repository modules' globals after the call (a global
+    the function assigned is state the test goes on with). Effects no fingerprint can
+    compare (a file written, a child started, a connection made) make the call unreplayable."""
+    import torch  # noqa: PLC0415
+
+    from fastci.runner.prune.fingerprints import fingerprints, tensor_leaf, tensors  # noqa: PLC0415
+
+    fn, args, kwargs = saved["function"], saved["args"], saved["kwargs"]
+    _check_function(fn, root)
+    _check_state(saved.get("state"), root)
+    _restore(saved)
+    _watch_effects()
+    with _effects() as seen, torch.set_grad_enabled(saved["settings"]["grad"]):
+        out = fn(*args, **kwargs)
+    if seen:
+        raise RuntimeError(f"the call has an effect a replay cannot compare: {seen[0]}")
+    prints = {**fingerprints(out, "out"), **fingerprints((args, kwargs), "args"),
+              **_exact("out", out), **_exact("args", (args, kwargs)),
+              **_globals_after(saved.get("state"), root),
+              "rng": tensor_leaf(torch.get_rng_state())}
+    kept = tensors(out, "out")
+    outs = [t for t in kept.values() if t.requires_grad and t.is_floating_point()]
+    if outs:
+        generator = torch.Generator().manual_seed(UPSTREAM_SEED)
+        upstream = [torch.randn(t.shape, generator=generator, dtype=torch.float32)
+                    .to(dtype=t.dtype, device=t.device) for t in outs]
+        torch.autograd.backward(outs, upstream)
+        grads = {f"grad.{p}": t.grad for p, t in tensors((args, kwargs), "args").items()
+                 if t.grad is not None}
+        for path, leaf in _modules_in((args, kwargs)):
+            grads.update({f"grad.{path}.{n}": p.grad for n, p in leaf.named_parameters()
+                          if p.grad is not None})
+        prints.update(fingerprints(grads, "grads"))
+        kept.update(tensors(grads, "grads"))
+    return prints, kept
+
+
+def _exact(prefix: str, value) -> dict:
+    """`prefix#`: the whole value's exact digest; `prefix#structure`: the same without the
+    tensors' values, which a tolerance comparison must still find equal."""
+    from fastci.runner.prune.fingerprints import exact_digest  # noqa: PLC0415
+
+    return {f"{prefix}#": {"hash": exact_digest(value)},
+            f"{prefix}#structure": {"hash": exact_digest(value, values=False)}}
+
+
+def _modules_in(value, path: str = "args", depth: int = 0) -> list:
+    """(path, module) for the nn.Modules among a call's arguments: their parameters'
+    gradients are part of what the call did."""
+    import torch  # noqa: PLC0415
+
+    if isinstance(value, torch.nn.Module):
+        return [(path, value)]
+    if depth >= 6:
+        return []
+    if isinstance(value, (tuple, list)):
+        return [m for i, v in enumerate(value) for m in _modules_in(v, f"{path}[{i}]", depth + 1)]
+    if isinstance(value, dict):
+        return [m for k in sorted(value, key=repr)
+                for m in _modules_in(value[k], f"{path}[{k!r}]", depth + 1)]
+    return []
+
+
+def _globals_after(recorded: dict | None, root: str) -> dict:
+    """The digests of every recorded module's globals after the call, as fingerprints."""
+    if not recorded:
+        return {}
+    digester = _digesters.setdefault(root, Digester(root))
+    out = {}
+    for name in sorted(recorded):
+        module = sys.modules.get(name)
+        if module is None:
+            continue
+        for key, digest in sorted(digester.module(module).items()):
+            out[f"globals.{name}.{key}"] = {"repr": str(digest)}
+    return out
+
+
+_EFFECTS = {"subprocess.Popen": "started a child", "os.system": "ran a shell command",
+            "os.exec": "replaced the process", "os.posix_spawn": "started a child",
+            "os.spawn": "started a child", "os.fork": "forked", "os.forkpty": "forked",
+            "socket.connect": "opened a connection", "socket.sendto": "sent on a socket",
+            "os.remove": "removed a file", "os.rename": "renamed a file",
+            "os.rmdir": "removed a folder", "os.mkdir": "made a folder",
+            "os.truncate": "truncated a file", "shutil.rmtree": "removed a tree",
+            "os.symlink": "made a link", "os.link": "made a link"}
+
+
+@contextmanager
+def _effects():
+    """The effects, outside what fingerprints compare, that a call has while it runs."""
+    seen: list[str] = []
+    _effect_sinks.append(seen)
+    try:
+        yield seen
+    finally:
+        _effect_sinks.remove(seen)
+
+
+_effect_sinks: list[list[str]] = []
+_hooked: list[bool] = []
+
+
+def _watch_effects() -> None:
+    """Audit hooks cannot be removed: one per process (a zygote's children inherit it)."""
+    if not _hooked:
+        sys.addaudithook(_audit)
+        _hooked.append(True)
+
+
+def _audit(event: str, args: tuple) -> None:
+    if not _effect_sinks:
+        return
+    what = _EFFECTS.get(event)
+    if what is None and event == "open" and len(args) > 1:
+        mode, flags = args[1], args[2] if len(args) > 2 else 0
+        writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+            mode is None and isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR))
+        if writes and not _is_cache(args[0]):
+            what = f"wrote {args[0]!r}"
+    if what is not None:
+        _effect_sinks[-1].append(f"{what} ({event})" if what in _EFFECTS.values() else what)
+
+
+def _is_cache(path) -> bool:
+    """Compilers' caches (Triton's, Inductor's) are written by calls that compile kernels:
+    what they hold is the code's own, not an effect the test goes on with."""
+    try:
+        text = os.fsdecode(path)
+    except TypeError:
+        return False
+    caches = [os.sep + ".triton" + os.sep, "torchinductor"]
+    caches += [d for d in (os.environ.get("TRITON_CACHE_DIR"),
+                           os.environ.get("TORCHINDUCTOR_CACHE_DIR")) if d]
+    return any(part in text for part in caches)
+
+
+def _check_function(fn, root: str) -> None:
+    """The function must come from the tree being replayed."""
+    module = sys.modules.get(getattr(fn, "__module__", "") or "")
+    path = os.path.realpath(getattr(module, "__file__", "") or "")
+    if not path.startswith(root + os.sep):
+        raise RuntimeError(f"{getattr(fn, '__qualname__', fn)} was loaded from {path}, outside "
+                           f"the tree being replayed ({root}); is the package installed "
+                           "elsewhere?")
 
 
 def _tensor_attributes(module) -> dict:

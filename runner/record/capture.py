@@ -16,6 +16,12 @@ Only the output fingerprints are taken here (cheap). Gradients, state after the 
 RNG after it come from replaying the capture in a fresh process under the recorded code, at
 the first prune that needs it; that replay must reproduce these output fingerprints, which
 is what proves the capture is the call's whole context.
+
+Calls a test makes to plain repository functions are captured the same way (`bindings.py`
+says which): the function is kept by its module and name, so the replay calls whichever
+tree's code it runs under, and the output fingerprints gain an exact digest of the whole
+return value (`fingerprints.exact_digest`), since a function returns configuration, strings
+and objects as often as tensors.
 """
 
 from __future__ import annotations
@@ -32,12 +38,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fastci.runner.record.bindings import CallBindings
+
 if TYPE_CHECKING:
     from fastci.runner.prune.state import Digester
 
 INSIDE = "|in"
 CAPTURED = "|cap:"
 DEFAULT_BUDGET = 64 * 2**20
+MAX_SIGNATURES = 8  # captured calls per function per test; later new ones run uncaptured
 
 
 @dataclass
@@ -51,10 +60,12 @@ class Capture:
     why: str | None = None
     out: dict = field(default_factory=dict)  # output fingerprints at record time
     env: dict = field(default_factory=dict)  # variables the session set (TRITON_INTERPRET)
+    kind: str = "module"  # or "function": `module` is then the function's qualified name
 
     def to_json(self) -> dict:
         return {"index": self.index, "module": self.module, "digest": self.digest,
-                "size": self.size, "why": self.why, "out": self.out, "env": self.env}
+                "size": self.size, "why": self.why, "out": self.out, "env": self.env,
+                "kind": self.kind}
 
 
 class ModuleCapture:
@@ -69,11 +80,15 @@ class ModuleCapture:
         self._repo_class: dict[type, bool] = {}
         self._test: str | None = None
         self._seen: dict[tuple, weakref.ref] = {}
+        self._seen_calls: set[tuple] = set()  # (function id, signature): functions outlive tests
+        self._calls_of: dict[int, int] = {}  # function id -> calls captured in this test
         self._used = 0
         self._environ = dict(getattr(recorder, "environ", os.environ))  # as the session began
         self.captures: dict[str, list[Capture]] = {}
         self.blobs: dict[str, Path] = {}  # digest -> spilled file
         self._digester: Digester | None = None  # made at the first capture
+        self._torch: Any = None
+        self.bindings = CallBindings(self.root, self.call_function)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def install(self) -> None:
@@ -82,6 +97,7 @@ class ModuleCapture:
         if self._original is not None:
             return
         self._original = original = torch.nn.Module.__call__
+        self._torch = torch
         capture = self
 
         def __call__(module, *args, **kwargs):
@@ -104,12 +120,13 @@ class ModuleCapture:
         return repo_paths(self.root)
 
     def begin_test(self, nodeid: str) -> None:
-        self._test, self._seen, self._used = nodeid, {}, 0
+        self._test, self._seen, self._seen_calls, self._used = nodeid, {}, set(), 0
+        self._calls_of = {}
         self.captures[nodeid] = []
 
     def end_test(self) -> None:
         self._test = None
-        self._seen = {}
+        self._seen, self._seen_calls = {}, set()
 
     # -- the wrapper -------------------------------------------------------------------------
     def _is_repo(self, cls: type) -> bool:
@@ -144,7 +161,7 @@ class ModuleCapture:
                           env=self._session_environment())
         captures.append(capture)
         with recorder.untraced():
-            self._save(capture, module, args, kwargs)
+            self._save_module_call(capture, module, args, kwargs)
         recorder.switch_derived(test, f"{test}{CAPTURED}{capture.index}")
         try:
             out = original(module, *args, **kwargs)
@@ -159,6 +176,62 @@ class ModuleCapture:
 
                     capture.out = fingerprints(out, "out", summaries=False)
                     json.dumps(capture.out)  # stored as JSON: prove it here, not at save
+                except Exception as exc:  # noqa: BLE001 - any failure: not replayable
+                    capture.digest, capture.why = None, f"output not fingerprintable: {exc}"
+        return out
+
+    def call_function(self, fn, args, kwargs):
+        """A test's call of a repository function through its bindings (`bindings.py`):
+        captured as a module call is, first call per signature."""
+        recorder, test = self.recorder, self._test
+        if test is None or _tracing(self._torch):
+            return fn(*args, **kwargs)
+        enclosing = recorder.context
+        if not (enclosing == test or enclosing.startswith(test + "|")):
+            return fn(*args, **kwargs)
+        with recorder.untraced():
+            signature = _arguments_signature(args, kwargs)
+        key = (id(fn), signature)
+        if key in self._seen_calls:
+            if enclosing != test:
+                return fn(*args, **kwargs)
+            recorder.switch_derived(test, test + INSIDE)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                recorder.switch_derived(test, enclosing)
+        calls = self._calls_of.get(id(fn), 0)
+        if signature is None or calls >= MAX_SIGNATURES:
+            # Unpicklable arguments, or a loop over many values (`lr_at(step)` per step):
+            # run in the enclosing context, so what it runs counts as outside any capture.
+            return fn(*args, **kwargs)
+        self._calls_of[id(fn)] = calls + 1
+        self._seen_calls.add(key)
+        captures = self.captures[test]
+        capture = Capture(index=len(captures), module=f"{fn.__module__}.{fn.__qualname__}",
+                          env=self._session_environment(), kind="function")
+        captures.append(capture)
+        with recorder.untraced():
+            from fastci.runner.prune.fingerprints import detached  # noqa: PLC0415 (imports torch)
+
+            self._save(capture, {"function": fn, "args": detached(args),
+                                 "kwargs": detached(kwargs)})
+        recorder.switch_derived(test, f"{test}{CAPTURED}{capture.index}")
+        try:
+            out = fn(*args, **kwargs)
+        finally:
+            recorder.switch_derived(test, enclosing)
+        if capture.digest is not None:
+            with recorder.untraced():
+                try:
+                    from fastci.runner.prune.fingerprints import (  # noqa: PLC0415 (imports torch)
+                        exact_digest,
+                        fingerprints,
+                    )
+
+                    capture.out = {**fingerprints(out, "out", summaries=False),
+                                   "out#": {"hash": exact_digest(out)}}
+                    json.dumps(capture.out)
                 except Exception as exc:  # noqa: BLE001 - any failure: not replayable
                     capture.digest, capture.why = None, f"output not fingerprintable: {exc}"
         return out
@@ -192,16 +265,22 @@ class ModuleCapture:
                 if not k.startswith(_SESSION_NOISE)
                 and not any(w in k.upper() for w in ("TOKEN", "SECRET", "PASSWORD", "KEY"))}
 
-    def _save(self, capture: Capture, module, args, kwargs) -> None:
-        import torch  # noqa: PLC0415 (torch is optional: only suites that use it get here)
-
+    def _save_module_call(self, capture: Capture, module, args, kwargs) -> None:
         from fastci.runner.prune.fingerprints import detached  # noqa: PLC0415 (imports torch)
+
+        self._save(capture, {"module": module, "args": detached(args),
+                             "kwargs": detached(kwargs)})
+
+    def _save(self, capture: Capture, call: dict) -> None:
+        """Keep the call (`call`: what is called, and its arguments) with the context a
+        fresh process must restore: RNG, torch's settings and the modules' globals."""
+        import torch  # noqa: PLC0415 (torch is optional: only suites that use it get here)
 
         buffer = io.BytesIO()
         try:
             state = self._module_state()
             torch.save({
-                "module": module, "args": detached(args), "kwargs": detached(kwargs),
+                **call,
                 "rng": torch.get_rng_state(),
                 "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized()
                 else None,
@@ -263,6 +342,22 @@ def _signature(module, args, kwargs) -> tuple:
         else:
             parts.append((path, type(leaf).__qualname__))
     return tuple(parts)
+
+
+def _arguments_signature(args, kwargs) -> tuple | None:
+    """What makes two calls of one function different contexts: torch's grad mode and
+    autocast, and the whole arguments but the tensors' values (`exact_digest` without
+    values: two configs that differ in one field are two contexts, where a module's
+    signature would see one type). None: the arguments cannot be pickled (never captured)."""
+    import torch  # noqa: PLC0415 (torch is optional: only suites that use it get here)
+
+    from fastci.runner.prune.fingerprints import exact_digest  # noqa: PLC0415 (imports torch)
+
+    try:
+        arguments = exact_digest((args, kwargs), values=False)
+    except Exception:  # noqa: BLE001 - anything pickle raises: not capturable
+        return None
+    return torch.is_grad_enabled(), _autocast_state(torch), arguments
 
 
 def _autocast_state(torch) -> tuple:

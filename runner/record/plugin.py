@@ -257,6 +257,17 @@ class _Session:
                     self._duration.get(item.nodeid, 0.0), markers,
                     self.settings.dimension_of(markers))
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item):
+        """While the test function runs, the repository functions its file calls are bound
+        to capturing wrappers (`bindings.py`), so their calls can be replayed for pruning."""
+        capture = self.recorder.capture if self.recorder is not None else None
+        if capture is None or not isinstance(item, pytest.Function):
+            return (yield)
+        namespace = getattr(getattr(item, "obj", None), "__globals__", None)
+        with capture.bindings.wrapped(namespace, str(item.path)):
+            return (yield)
+
     def pytest_runtest_logreport(self, report) -> None:
         nodeid = report.nodeid
         if self.workers_dir is not None and getattr(report, "node", None) is not None:

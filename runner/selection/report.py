@@ -17,6 +17,8 @@ JSON of `fastci select --format json` (schema "fastci.selection/1"):
                 "pruned": {...}   # only when equivalent-context pruning skipped it:
                                   # mode, replayed module calls with fingerprints before
                                   # and after, replay_seconds, test_seconds
+                "not_pruned": "..."  # only when it was a pruning candidate that stayed
+                                     # selected: why the replays could not clear it
                }, ...],
      "summary": {"total": N, "selected": N, "skipped": N, "pruned": N,
                  "expected_seconds_selected": S, "expected_seconds_total": S,
@@ -54,6 +56,8 @@ class Decision:
     """Classes it reads that only gained methods: (path, class, methods) to check."""
     pruned: dict | None = None
     """Skipped by equivalent-context pruning: the replays that justify it (`prune.py`)."""
+    not_pruned: str | None = None
+    """A pruning candidate that stays selected: why pruning could not clear it."""
 
     def to_json(self) -> dict:
         out: dict[str, Any] = {
@@ -63,6 +67,8 @@ class Decision:
             "dimension": self.dimension, "new": self.new}
         if self.pruned is not None:
             out["pruned"] = self.pruned
+        if self.not_pruned is not None:
+            out["not_pruned"] = self.not_pruned
         return out
 
 

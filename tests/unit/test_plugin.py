@@ -17,6 +17,10 @@ import subprocess
 import coverage  # noqa: F401
 import pytest
 
+# Likewise the fingerprints, which import Triton (whose native module aborts the process when
+# initialised twice): once an earlier test imported torch, an inner recording captures the
+# calls its tests make to the inner repository's functions, and fingerprints them.
+import fastci.runner.prune.fingerprints  # noqa: F401
 from fastci.runner.evidence import ImportCaller
 from fastci.runner.record.recorder import blob_sha, recording_from_json
 from fastci.runner.selection.plan import make_plan

@@ -107,7 +107,7 @@ def test_only_the_captures_that_ran_the_changed_block_are_replayed():
 def test_a_block_that_also_ran_outside_any_module_call_is_kept():
     _, found, kept = find(evidence=evidence_for(modules([capture()], outside=[Y_LINE])))
     assert found == {}
-    assert kept == {SCALE: "pkg/layers.py::Scale.forward ran outside any module call"}
+    assert kept == {SCALE: "pkg/layers.py::Scale.forward ran outside any captured call"}
 
 
 def test_a_block_that_ran_in_a_call_that_was_not_kept_is_kept():
@@ -121,14 +121,14 @@ def test_a_block_that_ran_in_a_call_that_was_not_kept_is_kept():
 def test_a_block_that_ran_in_no_captured_call_is_kept():
     _, found, kept = find(evidence=evidence_for(modules([capture(lines=())])))
     assert found == {}
-    assert kept == {SCALE: "pkg/layers.py::Scale.forward ran in no captured module call"}
+    assert kept == {SCALE: "pkg/layers.py::Scale.forward ran in no captured call"}
 
 
 def test_lines_that_only_uncaptured_calls_reached_keep_the_test():
     _, found, kept = find(evidence=evidence_for(modules([capture(lines=[Y_LINE])])))
     assert found == {}
     assert kept == {SCALE: f"pkg/layers.py::Scale.forward ran lines {RETURN_LINE} only in "
-                           "module calls that were not captured"}
+                           "calls that were not captured"}
 
 
 def test_without_the_evidence_commit_inventory_the_test_is_kept():

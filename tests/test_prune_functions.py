@@ -1,0 +1,273 @@
+"""Pruning beyond nn.Module: calls a test makes to plain repository functions are captured
+(`record/bindings.py`, `record/capture.py`) and replayed under both trees, end to end.
+
+One small project is recorded once; each test works on its own copy. Every change that
+keeps a test also fails that test: a version of the rule that pruned it would let a failure
+escape.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import Project
+
+LIB = {
+    "lib/__init__.py": "",
+    "lib/sched.py": '''
+        import math
+
+        import torch
+
+        WARMUP = 10
+        SETTINGS = {"level": 0}
+
+
+        class Config:
+            def __init__(self, dim):
+                self.dim = dim
+                self.hidden = 4 * dim
+
+
+        def lr_at(step, base=1.0, total=100):
+            if step < WARMUP:
+                return base * (step + 1) / WARMUP
+            progress = (step - WARMUP) / max(1, total - WARMUP)
+            return base * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+        def describe(cfg):
+            return "config:" + ",".join(f"{k}={v}" for k, v in sorted(cfg.items())) + "-" * 200
+
+
+        def make_config(dim):
+            return Config(dim)
+
+
+        def width(cfg):
+            return cfg.hidden * (1 if cfg.dim < 16 else 2)
+
+
+        def scale_(t, factor):
+            t.mul_(factor)
+
+
+        def loss(pred, target):
+            return ((pred - target) ** 2).mean()
+
+
+        def noisy(x):
+            return x + torch.randn(x.shape)
+
+
+        def configure(level):
+            SETTINGS["level"] = level
+
+
+        def sign(x):
+            if float(x.sum()) > 0:
+                return 1
+            return -1
+    ''',
+    "lib/report.py": '''
+        def write_report(path, value):
+            with open(path, "w") as f:
+                f.write(str(value))
+            return value
+    ''',
+    "tests/test_sched.py": '''
+        import torch
+
+        from lib.report import write_report
+        from lib.sched import (
+            SETTINGS, Config, configure, describe, loss, lr_at, make_config, noisy, scale_, sign,
+            width,
+        )
+
+
+        def test_lr():
+            assert lr_at(0) == 0.1
+            assert abs(lr_at(55) - 0.5) < 1e-9
+
+
+        def test_lr_over_a_schedule():
+            values = [lr_at(step) for step in range(20)]
+            assert values[9] == 1.0
+
+
+        def test_widths():
+            assert width(Config(8)) == 32
+            assert width(Config(32)) == 256
+
+
+        def test_describe():
+            assert describe({"a": 1}) == "config:a=1" + "-" * 200
+
+
+        def test_config():
+            assert make_config(8).hidden == 32
+
+
+        def test_scale_in_place():
+            t = torch.ones(3)
+            scale_(t, 2.0)
+            assert float(t.sum()) == 6.0
+
+
+        def test_loss_backward():
+            pred = torch.ones(3, requires_grad=True)
+            loss(pred, torch.zeros(3)).backward()
+            assert torch.allclose(pred.grad, torch.full((3,), 2 / 3))
+
+
+        def test_noise_then_draw():
+            torch.manual_seed(0)
+            noisy(torch.zeros(2))
+            assert float(torch.rand(1)) == 0.30742281675338745
+
+
+        def test_configure():
+            configure(3)
+            try:
+                assert SETTINGS["level"] == 3
+            finally:
+                configure(0)
+
+
+        def test_report(tmp_path):
+            assert write_report(tmp_path / "r.txt", 3) == 3
+            assert (tmp_path / "r.txt").read_text() == "3"
+
+
+        def test_sign():
+            assert sign(torch.ones(2)) == 1
+            assert sign(-torch.ones(2)) == -1
+    ''',
+    "tests/test_registry.py": '''
+        from lib.sched import lr_at
+
+        REGISTRY = {"lr": lr_at}
+
+
+        def test_registry_holds_the_function_itself():
+            assert REGISTRY["lr"] is lr_at
+            assert lr_at(0) == 0.1
+    ''',
+}
+
+
+def node(name: str, file: str = "test_sched") -> str:
+    return f"tests/{file}.py::test_{name}"
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    project = Project(tmp_path_factory.mktemp("base") / "repo")
+    project.write(LIB)
+    project.commit("lib")
+    result = project.record()
+    assert "12 passed" in result.stdout, result.stdout  # the registry's identity test too
+    return project.root
+
+
+@pytest.fixture
+def lib(recorded, tmp_path) -> Project:
+    root = tmp_path / "repo"
+    shutil.copytree(recorded, root, symlinks=True)
+    return Project.at(root)
+
+
+def decisions(project: Project) -> dict[str, dict]:
+    return {t["id"]: t for t in project.select()["tests"]}
+
+
+PRUNED = {
+    # Same numbers by another expression: every call the test made replays bit-identically.
+    "a schedule": ("lib/sched.py", "return base * (step + 1) / WARMUP",
+                   "return (step + 1) * base / WARMUP", node("lr")),
+    # An object returned: compared whole, attribute by attribute.
+    "a constructor": ("lib/sched.py", "self.hidden = 4 * dim", "self.hidden = dim * 4",
+                      node("config")),
+}
+REGISTRY = node("registry_holds_the_function_itself", "test_registry")
+
+
+def test_equivalent_changes_to_functions_a_test_calls_are_pruned(lib):
+    for path, old, new, _ in PRUNED.values():
+        lib.edit(path, old, new)
+    tests = decisions(lib)
+    for case, (*_, test) in PRUNED.items():
+        assert tests[test]["decision"] == "skipped", (case, tests[test])
+        replayed = tests[test]["pruned"]["replayed"]
+        assert all(call["before"] == call["after"] for call in replayed), case
+        assert any(key.startswith("out#") for key in replayed[0]["before"]), case
+    # test_registry compares lr_at by identity: its file's lr_at was never wrapped (it
+    # passed while recording), so lr_at's lines ran in the test's own context: kept. So
+    # are the schedule's calls past the limit of captures per function.
+    for test in (REGISTRY, node("lr_over_a_schedule")):
+        assert tests[test]["decision"] == "selected"
+        assert "ran outside any captured call" in tests[test]["not_pruned"]
+
+
+KEPT = {
+    # A string that differs only past the first 120 characters: the exact digest sees it.
+    "a long return value": ("lib/sched.py", '"-" * 200', '"-" * 201', "describe",
+                            "describe under the new code differs at out#"),
+    # Nothing returned; the argument changed in place differently.
+    "an argument written in place": ("lib/sched.py", "t.mul_(factor)",
+                                     "t.mul_(factor).add_(0.5)", "scale_in_place",
+                                     "scale_ under the new code differs at args#"),
+    # The value is the same; the gradient is not.
+    "a gradient": ("lib/sched.py", "return ((pred - target) ** 2).mean()",
+                   "return ((pred.detach() - target) ** 2).mean() + 0 * pred.sum()",
+                   "loss_backward", "loss under the new code differs at grads"),
+    # The value is the same; one more random draw moves the test's next one.
+    "the RNG": ("lib/sched.py", "return x + torch.randn(x.shape)",
+                "torch.randn(1)\n    return x + torch.randn(x.shape)", "noise_then_draw",
+                "noisy under the new code differs at"),
+    # The same return value; a different file written.
+    "a file written": ("lib/report.py", "f.write(str(value))", 'f.write(str(value) + "!")',
+                       "report", "the call has an effect a replay cannot compare: wrote"),
+    # Calls past the limit per function (a loop over steps) run outside any capture: the
+    # change is on a line captured calls ran too, and alters only the later steps.
+    "a call past the capture limit": (
+        "lib/sched.py", "return base * (step + 1) / WARMUP",
+        "return base * (step + 1) / WARMUP if step < 9 else 0.0", "lr_over_a_schedule",
+        "ran outside any captured call"),
+    # Two configs of one class are two contexts: the change alters only the second's value
+    # on a line both ran, which a signature of argument types alone would have left unseen.
+    "a second config of the same type": (
+        "lib/sched.py", "(1 if cfg.dim < 16 else 2)", "(1 if cfg.dim < 40 else 2)", "widths",
+        "width under the new code differs at out"),
+    # The second call, of the same signature, ran the other branch and was not captured.
+    "an uncaptured call": ("lib/sched.py", "    return -1", "    return -2", "sign",
+                           "only in calls that were not captured"),
+}
+
+
+# Nothing returned; a module global is set differently. Apart from the others: a replay
+# process that ran the new `configure` holds the new SETTINGS, and every later call it
+# replays finds module state unlike the test's, which keeps those tests for that reason
+# (configure(0), the test's second call, among them: whichever of its two calls is judged
+# first names SETTINGS).
+GLOBAL = ("lib/sched.py", 'SETTINGS["level"] = level', 'SETTINGS["level"] = level + 1',
+          "configure", "lib.sched.SETTINGS")  # differs after configure(3), or before configure(0)
+
+
+@pytest.mark.parametrize("cases", [KEPT, {"a global assigned": GLOBAL}], ids=["each", "global"])
+def test_function_changes_pruning_cannot_prove_equal_keep_their_tests(lib, cases):
+    """Each change fails its test: a rule that pruned it would let a failure escape."""
+    for path, old, new, _, _ in cases.values():
+        lib.edit(path, old, new)
+    tests = decisions(lib)
+    for case, (_, _, _, name, why) in cases.items():
+        test = tests[node(name)]
+        assert test["decision"] == "selected", (case, test)
+        assert why in test.get("not_pruned", ""), (case, test)
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          *(node(name) for *_, name, _ in cases.values())],
+                         cwd=lib.root, capture_output=True, text=True, timeout=300)
+    assert f"{len(cases)} failed" in ran.stdout, ran.stdout[-3000:]
