@@ -271,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     prune = argparse.ArgumentParser(add_help=False)
     prune.add_argument("--no-prune", action="store_true",
                        help="skip equivalent-context pruning (replaying captured module "
-                            "calls under the new code)")
+                            "and function calls under the new code)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("record", parents=[common],
