@@ -18,6 +18,11 @@ selections are worth.
     python bench/prune_latency.py [--repeat 5]
     python bench/prune_latency.py --mutants 40 --benign 8 --seed 0
     python bench/prune_latency.py --mutants 40 --benign 8 --seed 0 --only cross_entropy-218
+    python bench/prune_latency.py --mutants 40 --benign 8 --seed 0 --escapes
+
+With `--escapes` each mutant's pruned tests are also run under it: a pruned test that fails
+is a regression pruning let through (the check bench/selection.py makes, without running
+the whole suite per mutant).
 """
 
 from __future__ import annotations
@@ -60,12 +65,39 @@ def setup(tmp: Path) -> tuple[Path, Path]:
 
 def select(repo: Path, store: Path, env: dict, *extra: str) -> tuple[float, str]:
     """Seconds for `fastci select`, and what it decided (selected, pruned)."""
+    seconds, result = select_json(repo, store, env, *extra)
+    summary = result["summary"]
+    return seconds, f"{summary['selected']} selected, {summary['pruned']} pruned"
+
+
+def select_json(repo: Path, store: Path, env: dict, *extra: str) -> tuple[float, dict]:
     started = time.perf_counter()
     out = run(repo, sys.executable, "-m", "fastci", "select", "-q", "--format", "json",
               "--store", str(store), *extra, env=env).stdout
-    seconds = time.perf_counter() - started
-    summary = json.loads(out)["summary"]
-    return seconds, f"{summary['selected']} selected, {summary['pruned']} pruned"
+    return time.perf_counter() - started, json.loads(out)
+
+
+def escapes(repo: Path, result: dict) -> list[str]:
+    """The pruned tests that fail under the change: each one a regression pruning let
+    through (running them is the whole check: a test that was not pruned ran anyway)."""
+    pruned = [t["id"] for t in result["tests"] if t.get("pruned")]
+    if not pruned:
+        return []
+    report = repo / ".fastci-escapes.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    "-p", "no:randomly", "--junitxml", str(report),
+                    *pruned], cwd=repo, capture_output=True, text=True)
+    import xml.etree.ElementTree as ET  # noqa: PLC0415 (only --escapes reads reports)
+
+    failed, ran = [], 0
+    for case in ET.parse(report).iter("testcase"):
+        ran += 1
+        if case.find("failure") is not None or case.find("error") is not None:
+            failed.append(f"{case.get('classname')}::{case.get('name')}")
+    report.unlink()
+    if ran < len(pruned):  # a parametrized id expands: never fewer than asked
+        failed.append(f"only {ran} of {len(pruned)} pruned tests ran")
+    return failed
 
 
 def forget_replays(store: Path) -> None:
@@ -80,12 +112,16 @@ def main() -> None:
                         help="time the mutation benchmark's mutants instead")
     parser.add_argument("--benign", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--escapes", action="store_true",
+                        help="with --mutants: also run each mutant's pruned tests under it "
+                             "and count those that fail (escapes)")
     parser.add_argument("--only", nargs="+", default=(), metavar="ID",
                         help="with --mutants: time only these mutants (ids, or the "
                              "file-line prefix the tables print)")
     args = parser.parse_args()
     if args.mutants:
-        return over_mutants(args.mutants, args.benign, args.seed, set(args.only))
+        return over_mutants(args.mutants, args.benign, args.seed, set(args.only),
+                            args.escapes)
     from fastci.runner.prune import zygote
 
     with tempfile.TemporaryDirectory(prefix="fastci-prune-bench-") as name:
@@ -122,9 +158,11 @@ def main() -> None:
               f"{summary[mode]} |")
 
 
-def over_mutants(count: int, benign: int, seed: int, only: Collection[str] = ()) -> None:
+def over_mutants(count: int, benign: int, seed: int, only: Collection[str] = (),
+                 check_escapes: bool = False) -> None:
     """p50 and p99 of `fastci select` without and with pruning over the mutants (or only
-    the ones named: the same mutants, for one slow case)."""
+    the ones named: the same mutants, for one slow case); with `check_escapes`, the pruned
+    tests that fail under their mutant."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from mutants import generate  # noqa: PLC0415 (bench/ is no package)
 
@@ -150,13 +188,18 @@ def over_mutants(count: int, benign: int, seed: int, only: Collection[str] = ())
             # as any earlier change would have: not a mutant's cost
             started, _ = select(repo, store, env)
             run(repo, "git", "checkout", "-q", "--", ".")  # the recorded tree again
+            total_pruned = 0
             for m in mutants:
                 m.apply(repo)
                 plain, line = select(repo, store, env, "--no-prune")
                 forget_replays(store)
-                pruning, pruned_line = select(repo, store, env)
+                pruning, result = select_json(repo, store, env)
+                summary = result["summary"]
+                pruned_line = f"{summary['selected']} selected, {summary['pruned']} pruned"
+                escaped = escapes(repo, result) if check_escapes else []
                 run(repo, "git", "checkout", "-q", "--", m.path)
-                rows.append((m.id, plain, pruning, line, pruned_line))
+                rows.append((m.id, plain, pruning, line, pruned_line, escaped))
+                total_pruned += summary["pruned"]
         finally:
             for sock in sockets.glob("*/*.sock"):
                 zygote.stop(sock)
@@ -170,9 +213,15 @@ def over_mutants(count: int, benign: int, seed: int, only: Collection[str] = ())
                           ("with pruning (warm)", [r[2] for r in rows])):
         print(f"| {label} | {statistics.median(values):.2f} | {_p99(values):.2f} | "
               f"{max(values):.2f} |")
+    print(f"\ntests pruned over all mutants: {total_pruned}")
+    if check_escapes:
+        escaped = [(r[0], t) for r in rows for t in r[5]]
+        print(f"pruned tests that fail under their mutant (escapes): {len(escaped)}")
+        for mid, test in escaped:
+            print(f"  ESCAPE {mid}: {test}")
     print("\n| mutant | without s | with s | without | with |")
     print("| --- | ---: | ---: | --- | --- |")
-    for mid, plain, pruning, line, pruned_line in rows:
+    for mid, plain, pruning, line, pruned_line, _ in rows:
         if pruned_line != line or pruning - plain > 0.5:
             print(f"| {mid} | {plain:.2f} | {pruning:.2f} | {line} | {pruned_line} |")
 
