@@ -19,6 +19,7 @@ LIB = {
     "lib/__init__.py": "",
     "lib/sched.py": '''
         import math
+        import random
 
         import torch
 
@@ -63,6 +64,11 @@ LIB = {
             return x + torch.randn(x.shape)
 
 
+        def jitter(x):
+            random.random()
+            return x
+
+
         def configure(level):
             SETTINGS["level"] = level
 
@@ -79,12 +85,14 @@ LIB = {
             return value
     ''',
     "tests/test_sched.py": '''
+        import random
+
         import torch
 
         from lib.report import write_report
         from lib.sched import (
-            SETTINGS, Config, configure, describe, loss, lr_at, make_config, noisy, scale_, sign,
-            width,
+            SETTINGS, Config, configure, describe, jitter, loss, lr_at, make_config, noisy, scale_,
+            sign, width,
         )
 
 
@@ -129,6 +137,12 @@ LIB = {
             assert float(torch.rand(1)) == 0.30742281675338745
 
 
+        def test_jitter_then_draw():
+            random.seed(0)
+            assert jitter(1) == 1
+            assert random.random() == 0.7579544029403025
+
+
         def test_configure():
             configure(3)
             try:
@@ -169,7 +183,7 @@ def recorded(tmp_path_factory):
     project.write(LIB)
     project.commit("lib")
     result = project.record()
-    assert "12 passed" in result.stdout, result.stdout  # the registry's identity test too
+    assert "13 passed" in result.stdout, result.stdout  # the registry's identity test too
     return project.root
 
 
@@ -242,6 +256,10 @@ KEPT = {
     "a second config of the same type": (
         "lib/sched.py", "(1 if cfg.dim < 16 else 2)", "(1 if cfg.dim < 40 else 2)", "widths",
         "width under the new code differs at out"),
+    # The same value; one more draw from Python's generator moves the test's next one.
+    "Python's RNG": ("lib/sched.py", "    random.random()\n    return x",
+                     "    random.random()\n    random.random()\n    return x", "jitter_then_draw",
+                     "jitter under the new code differs at pyrng"),
     # The second call, of the same signature, ran the other branch and was not captured.
     "an uncaptured call": ("lib/sched.py", "    return -1", "    return -2", "sign",
                            "only in calls that were not captured"),

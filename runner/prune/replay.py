@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sys
 import time
 import traceback
@@ -212,7 +213,7 @@ def _replay(path: str, root: str, timing: dict) -> tuple[dict, dict]:
               **fingerprints(module.state_dict(), "state"),
               **fingerprints(_tensor_attributes(module), "attr"),
               **fingerprints((args, kwargs), "args"),
-              "rng": tensor_leaf(torch.get_rng_state())}
+              "rng": tensor_leaf(torch.get_rng_state()), **other_rngs()}
     kept = {**tensors(out, "out"), **tensors(module.state_dict(), "state")}
     outs = [t for t in tensors(out, "out").values()
             if t.requires_grad and t.is_floating_point()]
@@ -241,6 +242,26 @@ def _restore(saved: dict) -> None:
     torch.set_rng_state(saved["rng"])
     if saved.get("cuda_rng") is not None:
         torch.cuda.set_rng_state_all(saved["cuda_rng"])
+    # Python's and NumPy's generators are not captured: each replay starts them from one
+    # seed, so what `other_rngs` finds after the call says how many draws it took.
+    random.seed(UPSTREAM_SEED)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(UPSTREAM_SEED % 2**32)
+
+
+def other_rngs() -> dict:
+    """Python's and NumPy's global generators after a call: a change that draws once more
+    from them returns the same value yet moves every later draw of the test."""
+    import hashlib  # noqa: PLC0415
+
+    out = {"pyrng": {"hash": hashlib.sha256(repr(random.getstate()).encode()).hexdigest()[:32]}}
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        state = numpy.random.get_state()
+        digest = hashlib.sha256(repr((state[0], state[2:])).encode() + state[1].tobytes())
+        out["nprng"] = {"hash": digest.hexdigest()[:32]}
+    return out
 
 
 def _replay_function(saved: dict, root: str) -> tuple[dict, dict]:
@@ -266,7 +287,7 @@ def _replay_function(saved: dict, root: str) -> tuple[dict, dict]:
     prints = {**fingerprints(out, "out"), **fingerprints((args, kwargs), "args"),
               **_exact("out", out), **_exact("args", (args, kwargs)),
               **_globals_after(saved.get("state"), root),
-              "rng": tensor_leaf(torch.get_rng_state())}
+              "rng": tensor_leaf(torch.get_rng_state()), **other_rngs()}
     kept = tensors(out, "out")
     outs = [t for t in kept.values() if t.requires_grad and t.is_floating_point()]
     if outs:
