@@ -78,6 +78,26 @@ LIB = {
                 return 1
             return -1
     ''',
+    "lib/talk.py": '''
+        import logging
+        import warnings
+
+        log = logging.getLogger("lib.talk")
+
+
+        def quiet(x):
+            return x
+
+
+        def announce(x):
+            log.info("step %d", x)
+            return x
+
+
+        def show(x):
+            print(f"x={x}")
+            return x
+    ''',
     "lib/report.py": '''
         def write_report(path, value):
             with open(path, "w") as f:
@@ -85,7 +105,9 @@ LIB = {
             return value
     ''',
     "tests/test_sched.py": '''
+        import logging
         import random
+        import warnings
 
         import torch
 
@@ -94,6 +116,7 @@ LIB = {
             SETTINGS, Config, configure, describe, jitter, loss, lr_at, make_config, noisy, scale_,
             sign, width,
         )
+        from lib.talk import announce, quiet, show
 
 
         def test_lr():
@@ -143,6 +166,23 @@ LIB = {
             assert random.random() == 0.7579544029403025
 
 
+        def test_quiet():
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                assert quiet(2) == 2
+
+
+        def test_announce(caplog):
+            caplog.set_level(logging.INFO)
+            assert announce(3) == 3
+            assert caplog.messages == ["step 3"]
+
+
+        def test_show(capsys):
+            assert show(2) == 2
+            assert capsys.readouterr().out == "x=2\\n"
+
+
         def test_configure():
             configure(3)
             try:
@@ -183,7 +223,7 @@ def recorded(tmp_path_factory):
     project.write(LIB)
     project.commit("lib")
     result = project.record()
-    assert "13 passed" in result.stdout, result.stdout  # the registry's identity test too
+    assert "16 passed" in result.stdout, result.stdout  # the registry's identity test too
     return project.root
 
 
@@ -260,6 +300,14 @@ KEPT = {
     "Python's RNG": ("lib/sched.py", "    random.random()\n    return x",
                      "    random.random()\n    random.random()\n    return x", "jitter_then_draw",
                      "jitter under the new code differs at pyrng"),
+    # The same value, and what else a test can assert on: a warning, a log record, a print.
+    "a warning": ("lib/talk.py", "def quiet(x):\n    return x",
+                  'def quiet(x):\n    warnings.warn("deprecated")\n    return x', "quiet",
+                  "quiet under the new code differs at said.warnings"),
+    "a log record": ("lib/talk.py", 'log.info("step %d", x)', 'log.info("step %d!", x)',
+                     "announce", "announce under the new code differs at said.logs"),
+    "a print": ("lib/talk.py", 'print(f"x={x}")', 'print(f"x = {x}")', "show",
+                "show under the new code differs at said.stdout"),
     # The second call, of the same signature, ran the other branch and was not captured.
     "an uncaptured call": ("lib/sched.py", "    return -1", "    return -2", "sign",
                            "only in calls that were not captured"),

@@ -207,9 +207,9 @@ def _replay(path: str, root: str, timing: dict) -> tuple[dict, dict]:
     _check_state(saved.get("state"), root)
     settings = saved["settings"]
     _restore(saved)
-    with torch.set_grad_enabled(settings["grad"]):
+    with _observed() as observed, torch.set_grad_enabled(settings["grad"]):
         out = module(*args, **kwargs)
-    prints = {**fingerprints(out, "out"),
+    prints = {**observed, **fingerprints(out, "out"),
               **fingerprints(module.state_dict(), "state"),
               **fingerprints(_tensor_attributes(module), "attr"),
               **fingerprints((args, kwargs), "args"),
@@ -250,6 +250,59 @@ def _restore(saved: dict) -> None:
         numpy.random.seed(UPSTREAM_SEED % 2**32)
 
 
+@contextmanager
+def _observed():
+    """What a call says besides what it returns, which a test can assert on: the warnings
+    it raises (`pytest.warns`, `-W error`), the records it logs at any level (`caplog`)
+    and what it prints (`capsys`). Filled in, as fingerprints, when the block ends."""
+    import hashlib  # noqa: PLC0415
+    import io  # noqa: PLC0415
+    import logging  # noqa: PLC0415
+    import warnings  # noqa: PLC0415
+
+    class Records(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(level=1)
+            self.seen: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            try:
+                message = record.getMessage()
+            except Exception as exc:  # noqa: BLE001 - a bad format string is a difference too
+                message = f"<unformattable: {type(exc).__name__}>"
+            self.seen.append(f"{record.name}:{record.levelno}:{message}")
+
+    out: dict[str, dict] = {}
+    root, records = logging.getLogger(), Records()
+    level, disabled = root.level, logging.root.manager.disable
+    stdout, stderr = io.StringIO(), io.StringIO()
+    real = sys.stdout, sys.stderr
+    root.addHandler(records)
+    root.setLevel(1)
+    logging.disable(logging.NOTSET)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            sys.stdout, sys.stderr = stdout, stderr
+            try:
+                yield out
+            finally:
+                sys.stdout, sys.stderr = real
+    finally:
+        root.removeHandler(records)
+        root.setLevel(level)
+        logging.disable(disabled)
+
+    def digest(text: str) -> dict:
+        return {"hash": hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:32]}
+
+    out["said.warnings"] = digest("\n".join(f"{w.category.__qualname__}: {w.message}"
+                                             for w in caught))
+    out["said.logs"] = digest("\n".join(records.seen))
+    out["said.stdout"] = digest(stdout.getvalue())
+    out["said.stderr"] = digest(stderr.getvalue())
+
+
 def other_rngs() -> dict:
     """Python's and NumPy's global generators after a call: a change that draws once more
     from them returns the same value yet moves every later draw of the test."""
@@ -280,11 +333,12 @@ def _replay_function(saved: dict, root: str) -> tuple[dict, dict]:
     _check_state(saved.get("state"), root)
     _restore(saved)
     _watch_effects()
-    with _effects() as seen, torch.set_grad_enabled(saved["settings"]["grad"]):
+    with _effects() as seen, _observed() as observed, \
+            torch.set_grad_enabled(saved["settings"]["grad"]):
         out = fn(*args, **kwargs)
     if seen:
         raise RuntimeError(f"the call has an effect a replay cannot compare: {seen[0]}")
-    prints = {**fingerprints(out, "out"), **fingerprints((args, kwargs), "args"),
+    prints = {**observed, **fingerprints(out, "out"), **fingerprints((args, kwargs), "args"),
               **_exact("out", out), **_exact("args", (args, kwargs)),
               **_globals_after(saved.get("state"), root),
               "rng": tensor_leaf(torch.get_rng_state()), **other_rngs()}

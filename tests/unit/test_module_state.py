@@ -77,3 +77,18 @@ def test_a_global_deleted_counts_and_one_added_while_running_does_not():
     recorded = digester.module(module(LIMIT=3, np_helper=len))  # Triton's interpreter adds
     assert differing(recorded, digester.module(module(LIMIT=3))) == []  # fresh: no helper
     assert differing(digester.module(module()), digester.module(module(LIMIT=3))) == ["LIMIT"]
+
+
+def test_a_loggers_level_is_configuration_not_module_state():
+    # caplog.set_level sets the root logger's level; a fresh process has the default one.
+    import logging
+
+    logger = logging.getLogger("pkg.config.digest-test")
+    digester = Digester("/checkout")
+    before = digester.module(module(log=logger))
+    logger.setLevel(logging.DEBUG)
+    try:
+        assert digester.module(module(log=logger)) == before
+    finally:
+        logger.setLevel(logging.NOTSET)
+    assert digester.module(module(log=logging.getLogger("pkg.other"))) != before
