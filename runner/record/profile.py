@@ -41,6 +41,7 @@ _RECORDER_PARTS = (
 _CAPTURE_PARTS = (
     ("capture: bookkeeping", ("_call", "_session_environment", "_is_repo")),
     ("capture: torch.save", ("_save",)),
+    ("capture: module state", ("_module_state",)),
 )
 _STORE_WRITES = ("save_inventories", "save_test_names", "save_captures", "save_snapshot",
                  "add_history")
@@ -121,6 +122,8 @@ def instrument(recorder) -> Parts:
         recording_property.__get__ = parts.timed(  # type: ignore[method-assign]
             "cached_property reads", recording_property.__get__)
     capture._signature = parts.timed("capture: signatures", capture._signature)
+    capture._arguments_signature = parts.timed("capture: signatures",
+                                               capture._arguments_signature)
     # Never `capture._tracing`: torch.compile traces it inside every module call, and a
     # timer there (time.thread_time) is a graph break, so fullgraph=True tests failed.
     finish = recorder.finish
