@@ -215,20 +215,35 @@ def _replay(path: str, root: str, timing: dict) -> tuple[dict, dict]:
               **fingerprints((args, kwargs), "args"),
               "rng": tensor_leaf(torch.get_rng_state()), **other_rngs()}
     kept = {**tensors(out, "out"), **tensors(module.state_dict(), "state")}
-    outs = [t for t in tensors(out, "out").values()
-            if t.requires_grad and t.is_floating_point()]
-    if outs:
-        generator = torch.Generator().manual_seed(UPSTREAM_SEED)
-        upstream = [torch.randn(t.shape, generator=generator, dtype=torch.float32)
-                    .to(dtype=t.dtype, device=t.device) for t in outs]
-        torch.autograd.backward(outs, upstream)
-        grads = {f"grad.{n}": p.grad for n, p in module.named_parameters()
-                 if p.grad is not None}
-        grads.update({f"grad.{p}": t.grad for p, t in tensors((args, kwargs), "args").items()
-                      if t.grad is not None})
+    grads = _backward(out, args, kwargs, [("", module)])
+    if grads:
         prints.update(fingerprints(grads, "grads"))
         kept.update(tensors(grads, "grads"))
     return prints, kept
+
+
+def _backward(out, args, kwargs, modules: list) -> dict:
+    """Back-propagate a fixed upstream gradient from the call's float outputs that require
+    grad: the gradients of the arguments and of `modules`' parameters ((prefix, module))."""
+    import torch  # noqa: PLC0415
+
+    from fastci.runner.prune.fingerprints import tensors  # noqa: PLC0415
+
+    outs = [t for t in tensors(out, "out").values()
+            if t.requires_grad and t.is_floating_point()]
+    if not outs:
+        return {}
+    generator = torch.Generator().manual_seed(UPSTREAM_SEED)
+    upstream = [torch.randn(t.shape, generator=generator, dtype=torch.float32)
+                .to(dtype=t.dtype, device=t.device) for t in outs]
+    torch.autograd.backward(outs, upstream)
+    grads = {}
+    for prefix, module in modules:
+        grads.update({f"grad.{prefix}{n}": p.grad for n, p in module.named_parameters()
+                      if p.grad is not None})
+    grads.update({f"grad.{p}": t.grad for p, t in tensors((args, kwargs), "args").items()
+                  if t.grad is not None})
+    return grads
 
 
 def _restore(saved: dict) -> None:
@@ -343,17 +358,9 @@ def _replay_function(saved: dict, root: str) -> tuple[dict, dict]:
               **_globals_after(saved.get("state"), root),
               "rng": tensor_leaf(torch.get_rng_state()), **other_rngs()}
     kept = tensors(out, "out")
-    outs = [t for t in kept.values() if t.requires_grad and t.is_floating_point()]
-    if outs:
-        generator = torch.Generator().manual_seed(UPSTREAM_SEED)
-        upstream = [torch.randn(t.shape, generator=generator, dtype=torch.float32)
-                    .to(dtype=t.dtype, device=t.device) for t in outs]
-        torch.autograd.backward(outs, upstream)
-        grads = {f"grad.{p}": t.grad for p, t in tensors((args, kwargs), "args").items()
-                 if t.grad is not None}
-        for path, leaf in _modules_in((args, kwargs)):
-            grads.update({f"grad.{path}.{n}": p.grad for n, p in leaf.named_parameters()
-                          if p.grad is not None})
+    modules = [(f"{path}.", module) for path, module in _modules_in((args, kwargs))]
+    grads = _backward(out, args, kwargs, modules)
+    if grads:
         prints.update(fingerprints(grads, "grads"))
         kept.update(tensors(grads, "grads"))
     return prints, kept

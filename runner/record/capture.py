@@ -162,19 +162,31 @@ class ModuleCapture:
         captures.append(capture)
         with recorder.untraced():
             self._save_module_call(capture, module, args, kwargs)
+        return self._run_captured(capture, enclosing,
+                                  lambda: original(module, *args, **kwargs))
+
+    def _run_captured(self, capture: Capture, enclosing: str, call: Callable[[], Any],
+                      exact: bool = False) -> Any:
+        """Run a kept call in its own context, then fingerprint what it returned (with
+        `exact`, the whole value's digest too): what the replay must reproduce."""
+        recorder, test = self.recorder, self._test
+        assert test is not None  # captures are made only while a test runs
         recorder.switch_derived(test, f"{test}{CAPTURED}{capture.index}")
         try:
-            out = original(module, *args, **kwargs)
+            out = call()
         finally:
             recorder.switch_derived(test, enclosing)
         if capture.digest is not None:
             with recorder.untraced():
                 try:
                     from fastci.runner.prune.fingerprints import (  # noqa: PLC0415 (imports torch)
+                        exact_digest,
                         fingerprints,
                     )
 
                     capture.out = fingerprints(out, "out", summaries=False)
+                    if exact:
+                        capture.out["out#"] = {"hash": exact_digest(out)}
                     json.dumps(capture.out)  # stored as JSON: prove it here, not at save
                 except Exception as exc:  # noqa: BLE001 - any failure: not replayable
                     capture.digest, capture.why = None, f"output not fingerprintable: {exc}"
@@ -216,25 +228,7 @@ class ModuleCapture:
 
             self._save(capture, {"function": fn, "args": detached(args),
                                  "kwargs": detached(kwargs)})
-        recorder.switch_derived(test, f"{test}{CAPTURED}{capture.index}")
-        try:
-            out = fn(*args, **kwargs)
-        finally:
-            recorder.switch_derived(test, enclosing)
-        if capture.digest is not None:
-            with recorder.untraced():
-                try:
-                    from fastci.runner.prune.fingerprints import (  # noqa: PLC0415 (imports torch)
-                        exact_digest,
-                        fingerprints,
-                    )
-
-                    capture.out = {**fingerprints(out, "out", summaries=False),
-                                   "out#": {"hash": exact_digest(out)}}
-                    json.dumps(capture.out)
-                except Exception as exc:  # noqa: BLE001 - any failure: not replayable
-                    capture.digest, capture.why = None, f"output not fingerprintable: {exc}"
-        return out
+        return self._run_captured(capture, enclosing, lambda: fn(*args, **kwargs), exact=True)
 
     def _module_state(self) -> dict[str, list]:
         """Module name -> [its path in the repository, its globals' digests] for every
