@@ -54,7 +54,7 @@ def test_failures_are_reported_with_location_and_fail_the_run(library):
     assert "tests/test_norms.py::test_l1" in library.selected()
 
 
-def test_risk_order_runs_the_historically_failing_test_first(library):
+def test_the_historically_failing_test_is_the_riskiest(library):
     library.edit("calc/norms.py", "EPS = 1e-6", "EPS = 1e-9")
     library.edit("tests/test_model.py", "assert len(Model(cfg).forward([1.0, 2.0])) == 2",
                  "assert len(Model(cfg).forward([1.0, 2.0])) == 3")
@@ -64,8 +64,11 @@ def test_risk_order_runs_the_historically_failing_test_first(library):
     library.commit("fixed")
     library.edit("calc/norms.py", "EPS = 1e-9", "EPS = 1e-8")
     data = library.select("--base", "HEAD")
-    ranked = [t["id"] for t in data["tests"] if t["decision"] == "selected"]
-    assert ranked[0] == "tests/test_model.py::test_forward", ranked
+    # Risk, not rank: the order is risk per second of each test's measured duration, and
+    # these tests take about a millisecond, so a loaded machine's noise may swap them.
+    risks = {t["id"]: t["risk"] for t in data["tests"] if t["decision"] == "selected"}
+    assert max(risks, key=risks.get) == "tests/test_model.py::test_forward", risks
+    assert risks["tests/test_model.py::test_forward"] > risks["tests/test_norms.py::test_rms"]
 
 
 def test_new_tests_run_and_gain_evidence(library):

@@ -109,6 +109,18 @@ def exact_digest(value: Any, values: bool = True) -> str:
     return hashlib.sha256(buffer.getvalue()).hexdigest()[:32]
 
 
+def bounded_fingerprints(value: Any, prefix: str, limit: int = 1000,
+                         summaries: bool = True) -> dict[str, dict]:
+    """`fingerprints`, or {} when the value has more than `limit` leaves (a dataset a
+    function returned): a function's call is compared by its exact digest as well, and a
+    fingerprint per element would swamp the evidence and what a runner may return."""
+    import itertools  # noqa: PLC0415
+
+    if sum(1 for _ in itertools.islice(walk(value, prefix), limit + 1)) > limit:
+        return {}
+    return fingerprints(value, prefix, summaries)
+
+
 def tensors(value: Any, prefix: str) -> dict[str, torch.Tensor]:
     return {p: t for p, t in walk(value, prefix) if isinstance(t, torch.Tensor)}
 

@@ -195,7 +195,11 @@ def replay(path: str, root: str, save_dir: str | None, compare_dir: str | None,
 def _replay(path: str, root: str, timing: dict) -> tuple[dict, dict]:
     import torch  # noqa: PLC0415
 
-    from fastci.runner.prune.fingerprints import fingerprints, tensor_leaf, tensors  # noqa: PLC0415
+    from fastci.runner.prune.fingerprints import (  # noqa: PLC0415
+        fingerprints,
+        tensor_leaf,
+        tensors,
+    )
 
     loading = time.perf_counter()
     saved = torch.load(path, weights_only=False, map_location=None)
@@ -341,7 +345,12 @@ def _replay_function(saved: dict, root: str) -> tuple[dict, dict]:
     compare (a file written, a child started, a connection made) make the call unreplayable."""
     import torch  # noqa: PLC0415
 
-    from fastci.runner.prune.fingerprints import fingerprints, tensor_leaf, tensors  # noqa: PLC0415
+    from fastci.runner.prune.fingerprints import (  # noqa: PLC0415
+        bounded_fingerprints,
+        fingerprints,
+        tensor_leaf,
+        tensors,
+    )
 
     fn, args, kwargs = saved["function"], saved["args"], saved["kwargs"]
     _check_function(fn, root)
@@ -353,7 +362,8 @@ def _replay_function(saved: dict, root: str) -> tuple[dict, dict]:
         out = fn(*args, **kwargs)
     if seen:
         raise RuntimeError(f"the call has an effect a replay cannot compare: {seen[0]}")
-    prints = {**observed, **fingerprints(out, "out"), **fingerprints((args, kwargs), "args"),
+    prints = {**observed, **bounded_fingerprints(out, "out"),
+              **bounded_fingerprints((args, kwargs), "args"),
               **_exact("out", out), **_exact("args", (args, kwargs)),
               **_globals_after(saved.get("state"), root),
               "rng": tensor_leaf(torch.get_rng_state()), **other_rngs()}

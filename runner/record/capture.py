@@ -180,13 +180,16 @@ class ModuleCapture:
             with recorder.untraced():
                 try:
                     from fastci.runner.prune.fingerprints import (  # noqa: PLC0415 (imports torch)
+                        bounded_fingerprints,
                         exact_digest,
                         fingerprints,
                     )
 
-                    capture.out = fingerprints(out, "out", summaries=False)
                     if exact:
-                        capture.out["out#"] = {"hash": exact_digest(out)}
+                        capture.out = {**bounded_fingerprints(out, "out", summaries=False),
+                                       "out#": {"hash": exact_digest(out)}}
+                    else:
+                        capture.out = fingerprints(out, "out", summaries=False)
                     json.dumps(capture.out)  # stored as JSON: prove it here, not at save
                 except Exception as exc:  # noqa: BLE001 - any failure: not replayable
                     capture.digest, capture.why = None, f"output not fingerprintable: {exc}"
