@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -48,6 +49,12 @@ class Project:
         project = cls.__new__(cls)
         project.root = root
         return project
+
+    @classmethod
+    def copied(cls, source: Path, root: Path) -> "Project":
+        """A copy of a recorded repository (its evidence too), for one test to change."""
+        shutil.copytree(source, root, symlinks=True)
+        return cls.at(root)
 
     def git(self, *args: str) -> str:
         return subprocess.run(["git", *args], cwd=self.root, check=True, text=True,

@@ -146,9 +146,7 @@ def recorded(tmp_path_factory):
 
 @pytest.fixture
 def net(recorded, tmp_path) -> Project:
-    root = tmp_path / "repo"
-    shutil.copytree(recorded, root, symlinks=True)
-    return Project.at(root)
+    return Project.copied(recorded, tmp_path / "repo")
 
 
 def decisions(project: Project, *args: str) -> dict[str, dict]:

@@ -8,7 +8,6 @@ escape.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 
@@ -231,9 +230,7 @@ def recorded(tmp_path_factory):
 
 @pytest.fixture
 def lib(recorded, tmp_path) -> Project:
-    root = tmp_path / "repo"
-    shutil.copytree(recorded, root, symlinks=True)
-    return Project.at(root)
+    return Project.copied(recorded, tmp_path / "repo")
 
 
 def decisions(project: Project) -> dict[str, dict]:
