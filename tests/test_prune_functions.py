@@ -221,9 +221,7 @@ def recorded(tmp_path_factory):
     project = Project(tmp_path_factory.mktemp("base") / "repo")
     project.write(LIB)
     project.commit("lib")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("FASTCI_CAPTURE_FUNCTIONS", "1")  # off by default (README)
-        result = project.record()
+    result = project.record()
     assert "16 passed" in result.stdout, result.stdout  # the registry's identity test too
     return project.root
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections import defaultdict
 from typing import Any, Protocol
 
@@ -82,6 +83,7 @@ class CoverageLines:
         self.root = root
         self.omit = omit
         self._cov: Any = None
+        self._paused = threading.local()  # per thread: how deep in pause(), whose tracer
 
     def start(self) -> None:
         import coverage  # noqa: PLC0415 (only a recording session pays for it)
@@ -107,14 +109,29 @@ class CoverageLines:
             self._cov.switch_context(context)
 
     def pause(self) -> None:
+        """Stop this thread's tracer only. coverage's own `Collector.pause` stops every
+        thread's, and its `resume` starts them all on the calling thread, where the last
+        one wins: once a test had started a thread, the test's own frame went on under
+        another thread's tracer and the lines it ran after a captured call were lost."""
+        paused = self._paused
+        paused.depth = getattr(paused, "depth", 0) + 1
+        if paused.depth > 1:
+            return  # nested: the outer pause stopped it (CTracer stops at its next event)
         collector = getattr(self._cov, "_collector", None)
-        if collector is not None:
-            collector.pause()
+        tracer = sys.gettrace()
+        tracer = getattr(tracer, "__self__", tracer)  # the Python tracer hands out a method
+        if collector is None or not any(tracer is t for t in collector.tracers):
+            paused.tracer = None
+            return
+        paused.tracer = tracer
+        tracer.stop()
 
     def resume(self) -> None:
-        collector = getattr(self._cov, "_collector", None)
-        if collector is not None:
-            collector.resume()
+        paused = self._paused
+        paused.depth -= 1
+        if paused.depth == 0 and paused.tracer is not None:
+            paused.tracer.start()
+            paused.tracer = None
 
     def lines(self) -> dict[str, dict[str, set[int]]]:
         out: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
@@ -147,7 +164,7 @@ class SysmonLines:
         self._files: dict[str, str | None] = {}  # co_filename -> file under the root, or None
         self._armed: list = []  # code objects with LINE events on (turned off at stop)
         self._spent: set = set()  # ... that had a LINE event disabled since they were armed
-        self._paused = 0
+        self._paused: dict[int, int] = {}  # thread id -> how deep in pause() it is
         self._missed = False  # an event was disabled while paused: re-arm at resume
         self.switches = 0
 
@@ -190,11 +207,16 @@ class SysmonLines:
         self._rearm()
 
     def pause(self) -> None:
-        self._paused += 1
+        """Only the calling thread's lines go unnoted: another thread's run on."""
+        me = threading.get_ident()
+        self._paused[me] = self._paused.get(me, 0) + 1
 
     def resume(self) -> None:
-        self._paused -= 1
-        if not self._paused and self._missed:
+        me = threading.get_ident()
+        depth = self._paused.pop(me) - 1
+        if depth:
+            self._paused[me] = depth
+        elif self._missed:
             self._missed = False
             self._rearm()
 
@@ -235,7 +257,7 @@ class SysmonLines:
         return monitoring.DISABLE
 
     def _line(self, code, line):
-        if self._paused:
+        if self._paused and threading.get_ident() in self._paused:
             self._missed = True
         else:
             self._current[code.co_filename].add(line)

@@ -263,10 +263,7 @@ class _Session:
         to capturing wrappers (`bindings.py`), so their calls can be replayed for pruning."""
         capture = self.recorder.capture if self.recorder is not None else None
         if capture is None or not isinstance(item, pytest.Function) \
-                or os.environ.get("FASTCI_CAPTURE_FUNCTIONS") != "1":
-            # Off unless asked for: with coverage's tracer, the lines a test ran after a
-            # captured function call went missing from its evidence on tinyllm
-            # (tests/test_sysmon_recorder.py's comparison of the two recorders).
+                or os.environ.get("FASTCI_CAPTURE_FUNCTIONS") == "0":
             return (yield)
         namespace = getattr(getattr(item, "obj", None), "__globals__", None)
         with capture.bindings.wrapped(namespace, str(item.path)):
