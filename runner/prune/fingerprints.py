@@ -9,6 +9,7 @@ Imported only by processes that already imported torch.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Any, Iterator
 
@@ -85,7 +86,6 @@ def exact_digest(value: Any, values: bool = True) -> str:
     value cannot be pickled (a lambda, a lock): the call is then not replayable. Without
     `values` tensors stand by all but their hash: the structure a tolerance comparison
     still requires to be equal."""
-    import hashlib  # noqa: PLC0415
     import io  # noqa: PLC0415
     import pickle  # noqa: PLC0415
 
@@ -106,7 +106,18 @@ def exact_digest(value: Any, values: bool = True) -> str:
 
     buffer = io.BytesIO()
     _Pickler(buffer, protocol=4).dump(value)
-    return hashlib.sha256(buffer.getvalue()).hexdigest()[:32]
+    return _short_hash(buffer.getvalue())
+
+
+def hash_leaf(data: bytes | str) -> dict:
+    """A fingerprint leaf compared by equality only: a digest of `data`."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", "replace")
+    return {"hash": _short_hash(data)}
+
+
+def _short_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:32]
 
 
 def bounded_fingerprints(value: Any, prefix: str, limit: int = 1000,

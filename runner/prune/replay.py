@@ -217,7 +217,7 @@ def _replay(path: str, root: str, timing: dict) -> tuple[dict, dict]:
               **fingerprints(module.state_dict(), "state"),
               **fingerprints(_tensor_attributes(module), "attr"),
               **fingerprints((args, kwargs), "args"),
-              "rng": tensor_leaf(torch.get_rng_state()), **other_rngs()}
+              "rng": tensor_leaf(torch.get_rng_state()), **_other_rngs()}
     kept = {**tensors(out, "out"), **tensors(module.state_dict(), "state")}
     grads = _backward(out, args, kwargs, [("", module)])
     if grads:
@@ -262,7 +262,7 @@ def _restore(saved: dict) -> None:
     if saved.get("cuda_rng") is not None:
         torch.cuda.set_rng_state_all(saved["cuda_rng"])
     # Python's and NumPy's generators are not captured: each replay starts them from one
-    # seed, so what `other_rngs` finds after the call says how many draws it took.
+    # seed, so what `_other_rngs` finds after the call says how many draws it took.
     random.seed(UPSTREAM_SEED)
     numpy = sys.modules.get("numpy")
     if numpy is not None:
@@ -274,7 +274,6 @@ def _observed():
     """What a call says besides what it returns, which a test can assert on: the warnings
     it raises (`pytest.warns`, `-W error`), the records it logs at any level (`caplog`)
     and what it prints (`capsys`). Filled in, as fingerprints, when the block ends."""
-    import hashlib  # noqa: PLC0415
     import io  # noqa: PLC0415
     import logging  # noqa: PLC0415
     import warnings  # noqa: PLC0415
@@ -312,27 +311,25 @@ def _observed():
         root.setLevel(level)
         logging.disable(disabled)
 
-    def digest(text: str) -> dict:
-        return {"hash": hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:32]}
+    from fastci.runner.prune.fingerprints import hash_leaf  # noqa: PLC0415 (imports torch)
 
-    out["said.warnings"] = digest("\n".join(f"{w.category.__qualname__}: {w.message}"
-                                             for w in caught))
-    out["said.logs"] = digest("\n".join(records.seen))
-    out["said.stdout"] = digest(stdout.getvalue())
-    out["said.stderr"] = digest(stderr.getvalue())
+    out["said.warnings"] = hash_leaf("\n".join(f"{w.category.__qualname__}: {w.message}"
+                                                for w in caught))
+    out["said.logs"] = hash_leaf("\n".join(records.seen))
+    out["said.stdout"] = hash_leaf(stdout.getvalue())
+    out["said.stderr"] = hash_leaf(stderr.getvalue())
 
 
-def other_rngs() -> dict:
+def _other_rngs() -> dict:
     """Python's and NumPy's global generators after a call: a change that draws once more
     from them returns the same value yet moves every later draw of the test."""
-    import hashlib  # noqa: PLC0415
+    from fastci.runner.prune.fingerprints import hash_leaf  # noqa: PLC0415 (imports torch)
 
-    out = {"pyrng": {"hash": hashlib.sha256(repr(random.getstate()).encode()).hexdigest()[:32]}}
+    out = {"pyrng": hash_leaf(repr(random.getstate()))}
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         state = numpy.random.get_state()
-        digest = hashlib.sha256(repr((state[0], state[2:])).encode() + state[1].tobytes())
-        out["nprng"] = {"hash": digest.hexdigest()[:32]}
+        out["nprng"] = hash_leaf(repr((state[0], state[2:])).encode() + state[1].tobytes())
     return out
 
 
@@ -366,7 +363,7 @@ def _replay_function(saved: dict, root: str) -> tuple[dict, dict]:
               **bounded_fingerprints((args, kwargs), "args"),
               **_exact("out", out), **_exact("args", (args, kwargs)),
               **_globals_after(saved.get("state"), root),
-              "rng": tensor_leaf(torch.get_rng_state()), **other_rngs()}
+              "rng": tensor_leaf(torch.get_rng_state()), **_other_rngs()}
     kept = tensors(out, "out")
     modules = [(f"{path}.", module) for path, module in _modules_in((args, kwargs))]
     grads = _backward(out, args, kwargs, modules)

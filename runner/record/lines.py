@@ -118,13 +118,13 @@ class CoverageLines:
         if paused.depth > 1:
             return  # nested: the outer pause stopped it (CTracer stops at its next event)
         collector = getattr(self._cov, "_collector", None)
-        tracer = sys.gettrace()
-        tracer = getattr(tracer, "__self__", tracer)  # the Python tracer hands out a method
-        if collector is None or not any(tracer is t for t in collector.tracers):
-            paused.tracer = None
-            return
-        paused.tracer = tracer
-        tracer.stop()
+        trace: Any = sys.gettrace()
+        trace = getattr(trace, "__self__", trace)  # the Python tracer hands out a method
+        mine = None if collector is None else next(
+            (t for t in collector.tracers if t is trace), None)
+        paused.tracer = mine
+        if mine is not None:
+            mine.stop()
 
     def resume(self) -> None:
         paused = self._paused
