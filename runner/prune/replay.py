@@ -55,31 +55,28 @@ def main(argv: list[str]) -> int:
     if request["captures"]:
         _start_up()
         _watch_effects()
-    cov = None
+    recorder = None
     if request.get("trace"):
-        import coverage  # noqa: PLC0415
+        # the recording's own line recorders: sys.monitoring on 3.12+, where tracing a
+        # replay costs little, coverage.py's tracer before
+        from fastci.runner.record.lines import choose, make  # noqa: PLC0415
 
-        cov = coverage.Coverage(data_file=None, source=[root], config_file=False,
-                                messages=False)
-        cov.start()
-    results = _replay_all(request, root, cov)
+        recorder = make(choose("auto")[0], root, [])
+        recorder.start()
+    results = _replay_all(request, root, recorder)
     overrides = {}
     for path, qualname, names in request.get("overrides", []):
         overrides[f"{path}::{qualname}"] = inherited(path, qualname, names)
-    if cov is not None:
-        cov.stop()
-        data = cov.get_data()
-        lines: dict[str, dict[str, list[int]]] = {d: {} for d in results}
-        for filename in data.measured_files():
-            rel = os.path.relpath(os.path.realpath(filename), root)
-            if rel.startswith(".."):
-                continue
-            for line, contexts in data.contexts_by_lineno(filename).items():
-                for context in contexts:
-                    if context in lines:
-                        lines[context].setdefault(rel, []).append(line)
-        for digest, by_path in lines.items():
-            results[digest]["lines"] = {p: sorted(set(ls)) for p, ls in by_path.items()}
+    if recorder is not None:
+        recorder.stop()
+        ran = recorder.lines()
+        for digest, result in results.items():
+            by_path = {}
+            for filename, lines in ran.get(digest, {}).items():
+                rel = os.path.relpath(os.path.realpath(filename), root)
+                if not rel.startswith(".."):
+                    by_path[rel] = sorted(lines)
+            result["lines"] = by_path
     with open(request["out"], "w") as f:
         json.dump({"captures": results, "overrides": overrides}, f)
     return 0
@@ -93,7 +90,7 @@ def _settled(request: dict) -> Settled | None:
     return Settled(plan["groups"], plan["settled"], plan.get("recorded"))
 
 
-def _replay_all(request: dict, root: str, cov) -> dict[str, ReplayResult]:
+def _replay_all(request: dict, root: str, recorder) -> dict[str, ReplayResult]:
     """Each capture's result, in the request's order: skipped where settled, cut off where
     the budget ran out."""
     settled = _settled(request)
@@ -104,8 +101,8 @@ def _replay_all(request: dict, root: str, cov) -> dict[str, ReplayResult]:
             results[digest] = {"fingerprints": {}, "error": SKIPPED, "seconds": 0.0,
                                "load_seconds": 0.0}
             continue
-        if cov is not None:
-            cov.switch_context(digest)
+        if recorder is not None:
+            recorder.switch(digest)
         result = deadline.call(replay, path, root, request.get("save_tensors"),
                                request.get("compare_to"), digest)
         results[digest] = deadline.result() if result is None else result  # type: ignore[assignment]
