@@ -10,11 +10,12 @@ attributes, in-place changes to its arguments, the RNG), then back-propagate a f
 gradient and fingerprint the gradients of parameters and inputs. Anything that fails is
 reported per capture, never raised: the caller keeps such tests selected.
 
-With `trace`, coverage records the lines each replay ran (under the new code these become
-part of a pruned test's evidence). With `save_tensors` the tensors are kept for a later
-tolerance comparison (`compare_to`) by `fastci.kernels.compare`. With `settle` (exact
-pruning) the process skips captures whose tests stay selected whatever it finds
-(`settle.py`). With `budget` it replays for at most that many seconds (`budget.py`).
+With `trace`, the recording's line recorder (`record/lines.py`) notes the lines each
+replay ran (under the new code these become part of a pruned test's evidence). With
+`save_tensors` the tensors are kept for a later tolerance comparison (`compare_to`) by
+`fastci.kernels.compare`. With `settle` (exact pruning) the process skips captures whose
+tests stay selected whatever it finds (`settle.py`). With `budget` it replays for at most
+that many seconds (`budget.py`).
 """
 
 from __future__ import annotations

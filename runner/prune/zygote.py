@@ -168,6 +168,7 @@ def serve(path: Path) -> None:
     import torch  # noqa: F401, PLC0415
 
     from fastci.runner.prune import fingerprints, replay  # noqa: F401, PLC0415
+    from fastci.runner.record import lines  # noqa: F401, PLC0415 (the replays' recorder)
 
     path.unlink(missing_ok=True)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
