@@ -81,8 +81,11 @@ def exact_digest(value: Any, values: bool = True) -> str:
     """A sha256 of the whole value: pickled, with each tensor standing as its hash, dtype,
     shape, strides, device and requires_grad. Unlike `fingerprints` it has no depth or
     length limit, so two values with one digest are equal all the way down (a function's
-    return is often a config, a long string or an object graph). Equal values can still
-    differ here (a set's order, say): that keeps a test, never prunes one. Raises when the
+    return is often a config, a long string or an object graph). Sets are written in sorted
+    order: their iteration order follows string hashes, which differ per process (every
+    nn.Module holds one, `_non_persistent_buffers_set`), so a replay never matched a
+    recorded model. Other equal values can still differ here: that keeps a test, never
+    prunes one. Raises when the
     value cannot be pickled (a lambda, a lock): the call is then not replayable. Without
     `values` tensors stand by all but their hash: the structure a tolerance comparison
     still requires to be equal."""
@@ -91,6 +94,8 @@ def exact_digest(value: Any, values: bool = True) -> str:
 
     class _Pickler(pickle.Pickler):
         def persistent_id(self, obj):
+            if type(obj) in (set, frozenset):  # (pickle calls no reducer_override for sets)
+                return type(obj).__name__, _in_order(obj)
             if isinstance(obj, torch.Tensor):
                 t = obj.detach()
                 if values:
@@ -107,6 +112,13 @@ def exact_digest(value: Any, values: bool = True) -> str:
     buffer = io.BytesIO()
     _Pickler(buffer, protocol=4).dump(value)
     return _short_hash(buffer.getvalue())
+
+
+def _in_order(items: set | frozenset) -> list:
+    try:
+        return sorted(items)
+    except TypeError:  # mixed or unorderable: by type and repr (an address in it only keeps)
+        return sorted(items, key=lambda x: (type(x).__qualname__, repr(x)))
 
 
 def hash_leaf(data: bytes | str) -> dict:
