@@ -97,6 +97,26 @@ LIB = {
             print(f"x={x}")
             return x
     ''',
+    "lib/vocab.py": '''
+        def build_vocab(words):
+            return {w: i for i, w in enumerate(sorted(words))}
+    ''',
+    "tests/conftest.py": '''
+        import pytest
+
+        from lib.vocab import build_vocab
+
+
+        @pytest.fixture
+        def vocab():
+            # a set argument: its order differs from process to process
+            return build_vocab({"delta", "alpha", "charlie", "bravo", "echo", "golf", "hotel",
+                                "india", "juliett", "kilo"})
+    ''',
+    "tests/test_vocab.py": '''
+        def test_vocab_from_a_fixture(vocab):
+            assert vocab["alpha"] == 0 and len(vocab) == 10
+    ''',
     "lib/report.py": '''
         def write_report(path, value):
             with open(path, "w") as f:
@@ -213,7 +233,8 @@ LIB = {
 
 
 def node(name: str, file: str = "test_sched") -> str:
-    return f"tests/{file}.py::test_{name}"
+    """A test's id from its name (test_sched.py's by default), or the id itself."""
+    return name if "::" in name else f"tests/{file}.py::test_{name}"
 
 
 @pytest.fixture(scope="module")
@@ -222,7 +243,7 @@ def recorded(tmp_path_factory):
     project.write(LIB)
     project.commit("lib")
     result = project.record()
-    assert "16 passed" in result.stdout, result.stdout  # the registry's identity test too
+    assert "17 passed" in result.stdout, result.stdout  # the registry's identity test too
     return project.root
 
 
@@ -242,6 +263,10 @@ PRUNED = {
     # An object returned: compared whole, attribute by attribute.
     "a constructor": ("lib/sched.py", "self.hidden = 4 * dim", "self.hidden = dim * 4",
                       node("config")),
+    # A call a function-scoped fixture made (in conftest.py), with a set for argument.
+    "a fixture's call": ("lib/vocab.py", "enumerate(sorted(words))",
+                         "enumerate(sorted(list(words)))",
+                         node("vocab_from_a_fixture", "test_vocab")),
 }
 REGISTRY = node("registry_holds_the_function_itself", "test_registry")
 
@@ -305,6 +330,10 @@ KEPT = {
                      "announce", "announce under the new code differs at said.logs"),
     "a print": ("lib/talk.py", 'print(f"x={x}")', 'print(f"x = {x}")', "show",
                 "show under the new code differs at said.stdout"),
+    # A fixture's call returns another value.
+    "a fixture's call": ("lib/vocab.py", "enumerate(sorted(words))",
+                         "enumerate(sorted(words), 1)", node("vocab_from_a_fixture", "test_vocab"),
+                         "build_vocab under the new code differs at out#"),
     # The second call, of the same signature, ran the other branch and was not captured.
     "an uncaptured call": ("lib/sched.py", "    return -1", "    return -2", "sign",
                            "only in calls that were not captured"),

@@ -11,6 +11,7 @@ and stores it, or writes it to `--fastci-out`, as a serial session would.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -18,7 +19,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -248,7 +249,8 @@ class _Session:
                                             *_item_code(item, self.recorder.repo.root))
             self.recorder.begin_test(self.test_id(item.nodeid), _shared_contexts(item))
         try:
-            return (yield)
+            with self._bound(item):
+                return (yield)
         finally:
             if self.recorder is not None:
                 markers = tuple(dict.fromkeys(m.name for m in item.iter_markers()))
@@ -257,17 +259,19 @@ class _Session:
                     self._duration.get(item.nodeid, 0.0), markers,
                     self.settings.dimension_of(markers))
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_call(self, item):
-        """While the test function runs, the repository functions its file calls are bound
-        to capturing wrappers (`bindings.py`), so their calls can be replayed for pruning."""
+    def _bound(self, item) -> contextlib.AbstractContextManager:
+        """While the test runs (setup, call and teardown), the repository functions that its
+        file and its function-scoped fixtures' files call are bound to capturing wrappers
+        (`bindings.py`), so their calls can be replayed for pruning: a model or a config
+        built by a fixture is a call like one in the test's body."""
+        stack = contextlib.ExitStack()
         capture = self.recorder.capture if self.recorder is not None else None
         if capture is None or not isinstance(item, pytest.Function) \
                 or os.environ.get("FASTCI_CAPTURE_FUNCTIONS") == "0":
-            return (yield)
-        namespace = getattr(getattr(item, "obj", None), "__globals__", None)
-        with capture.bindings.wrapped(namespace, str(item.path)):
-            return (yield)
+            return stack
+        for namespace, filename in _binding_namespaces(item, str(self._root)):
+            stack.enter_context(capture.bindings.wrapped(namespace, filename))
+        return stack
 
     def pytest_runtest_logreport(self, report) -> None:
         nodeid = report.nodeid
@@ -392,6 +396,33 @@ class _Session:
 
 def _fixture_context(fixturedef) -> str:
     return f"fixture:{fixturedef.scope}:{fixturedef.baseid}::{fixturedef.argname}"
+
+
+def _binding_namespaces(item, root: str) -> list[tuple[dict, str]]:
+    """(namespace, file) of the test function and of each function-scoped fixture it uses
+    that is defined in a test file or a conftest.py of the repository (a plugin's or a
+    library's fixture is no code of the test's), each once."""
+    from fastci.runner.analysis.discover import is_test_file  # noqa: PLC0415
+
+    found: dict[int, tuple[dict, str]] = {}
+    namespace = getattr(getattr(item, "obj", None), "__globals__", None)
+    if isinstance(namespace, dict):
+        found[id(namespace)] = (namespace, str(item.path))
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs if info is not None else {}
+    prefix = os.path.realpath(root) + os.sep
+    for name in item.fixturenames:
+        for fixturedef in defs.get(name, ()):
+            func: Any = getattr(fixturedef, "func", None)
+            namespace = getattr(func, "__globals__", None)
+            if fixturedef.scope != "function" or not isinstance(namespace, dict) \
+                    or id(namespace) in found:
+                continue
+            filename = os.path.realpath(func.__code__.co_filename)
+            rel = filename[len(prefix):] if filename.startswith(prefix) else None
+            if rel and (is_test_file(rel) or os.path.basename(rel) == "conftest.py"):
+                found[id(namespace)] = (namespace, filename)
+    return list(found.values())
 
 
 def _shared_contexts(item) -> list[str]:
