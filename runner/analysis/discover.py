@@ -16,6 +16,12 @@ def is_test_file(path: str, patterns: tuple[str, ...] = DEFAULT_FILES) -> bool:
     return any(fnmatch.fnmatch(name, p) for p in patterns)
 
 
+def is_test_code(path: str) -> bool:
+    """A test file or a conftest.py: pytest's to import (fixtures, marks, rewritten
+    asserts), never code under test that a capture could stand for."""
+    return is_test_file(path) or path.rsplit("/", 1)[-1] == "conftest.py"
+
+
 NAMES_VERSION = 1
 """The rule `names_in` applies; cached names are keyed "<blob>:<version>", so bump it
 whenever the rule changes and no cache answers with the old rule's names."""

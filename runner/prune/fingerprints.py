@@ -85,10 +85,9 @@ def exact_digest(value: Any, values: bool = True) -> str:
     order: their iteration order follows string hashes, which differ per process (every
     nn.Module holds one, `_non_persistent_buffers_set`), so a replay never matched a
     recorded model. Other equal values can still differ here: that keeps a test, never
-    prunes one. Raises when the
-    value cannot be pickled (a lambda, a lock): the call is then not replayable. Without
-    `values` tensors stand by all but their hash: the structure a tolerance comparison
-    still requires to be equal."""
+    prunes one. Raises when the value cannot be pickled (a lambda, a lock): the call is then
+    not replayable. Without `values` tensors stand by all but their hash: the structure a
+    tolerance comparison still requires to be equal."""
     import io  # noqa: PLC0415
     import pickle  # noqa: PLC0415
 

@@ -100,10 +100,9 @@ class CallBindings:
         path = os.path.realpath(getattr(module, "__file__", None) or "")
         if not path.startswith(self.root + os.sep) or "site-packages" in path:
             return False
-        from fastci.runner.analysis.discover import is_test_file  # noqa: PLC0415
+        from fastci.runner.analysis.discover import is_test_code  # noqa: PLC0415
 
-        rel = os.path.relpath(path, self.root)
-        if is_test_file(rel) or os.path.basename(rel) == "conftest.py":
+        if is_test_code(os.path.relpath(path, self.root)):
             return False
         target: object = module
         for part in fn.__qualname__.split("."):

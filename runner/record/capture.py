@@ -238,7 +238,7 @@ class ModuleCapture:
         """Module name -> [its path in the repository, its globals' digests] for every
         repository module imported so far but test files and conftest.py files
         (`prune/state.py`): what the replay must find."""
-        from fastci.runner.analysis.discover import is_test_file  # noqa: PLC0415
+        from fastci.runner.analysis.discover import is_test_code  # noqa: PLC0415
         from fastci.runner.prune.state import Digester  # noqa: PLC0415 (the prune package imports this one)
 
         recorder = self.recorder
@@ -251,7 +251,7 @@ class ModuleCapture:
             if path is False:  # resolved once: 0.8 ms a capture on tinyllm, as much as the digests
                 path = os.path.relpath(os.path.realpath(getattr(module, "__file__", None) or ""),
                                        self.root)
-                if is_test_file(path) or os.path.basename(path) == "conftest.py":
+                if is_test_code(path):
                     path = None  # pytest's (fixtures, marks, asserts): no fresh import has it
                 paths[name] = path
             if path is not None:

@@ -402,7 +402,7 @@ def _binding_namespaces(item, root: str) -> list[tuple[dict, str]]:
     """(namespace, file) of the test function and of each function-scoped fixture it uses
     that is defined in a test file or a conftest.py of the repository (a plugin's or a
     library's fixture is no code of the test's), each once."""
-    from fastci.runner.analysis.discover import is_test_file  # noqa: PLC0415
+    from fastci.runner.analysis.discover import is_test_code  # noqa: PLC0415
 
     found: dict[int, tuple[dict, str]] = {}
     namespace = getattr(getattr(item, "obj", None), "__globals__", None)
@@ -420,7 +420,7 @@ def _binding_namespaces(item, root: str) -> list[tuple[dict, str]]:
                 continue
             filename = os.path.realpath(func.__code__.co_filename)
             rel = filename[len(prefix):] if filename.startswith(prefix) else None
-            if rel and (is_test_file(rel) or os.path.basename(rel) == "conftest.py"):
+            if rel and is_test_code(rel):
                 found[id(namespace)] = (namespace, filename)
     return list(found.values())
 
