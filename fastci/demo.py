@@ -175,12 +175,15 @@ def run_demo(workdir: Path | None = None, out: Path | None = None, say=print,
     store_path = engine.store_path
     done = []
 
-    def one(change: Change) -> Outcome:
+    def prepare(change: Change) -> None:
         tree = root_parent / "changes" / change.name
         _git(root, "worktree", "add", "-q", "-B", f"change/{change.name}", END, str(tree), base)
         _git(tree, "apply", str(change.patch))
         _git(tree, "add", "-A")
         _git(tree, "commit", "-q", "-m", f"change: {change.name}")
+
+    def one(change: Change) -> Outcome:
+        tree = root_parent / "changes" / change.name
         t0 = time.perf_counter()
         with open(logs / f"{change.name}.log", "w") as log:
             report = Engine(tree, store_path).run(base, PYTEST_ARGS, stream=log)
@@ -196,6 +199,10 @@ def run_demo(workdir: Path | None = None, out: Path | None = None, say=print,
             + (f"; MISSED {sorted(outcome.missed)}" if outcome.missed else ""))
         return outcome
 
+    # One after another: git does not take concurrent `worktree add`s in one repository (a
+    # second one read the first's half-written .git/worktrees entry and failed in CI).
+    for change in changes:
+        prepare(change)
     with ThreadPoolExecutor(max_workers=jobs) as pool:  # each run is its own processes
         outcomes = list(pool.map(one, changes))
     say(f"[{len(changes) + 2}/{len(changes) + 2}] report")
