@@ -161,15 +161,17 @@ def test_an_equivalent_change_is_pruned_with_its_evidence(net):
         pruned = tests[test_id]["pruned"]
         assert pruned["mode"] == "exact"
         modules = {r["module"] for r in pruned["replayed"]}
-        assert modules == {"net.layers.Scale"}
+        # The outermost kept call is replayed: the Scales inside a Stack run with it.
+        assert modules == {"net.layers.Scale" if test_id == SCALE else "net.layers.Stack"}
         for call in pruned["replayed"]:
             assert call["before"] == call["after"]
             assert any(p.startswith("grads") for p in call["before"])
         assert tests[test_id]["reasons"][0].startswith("pruned: ")
     # test_scale's calls were replayed with NET_MODE set, test_stack_trains's without: two
     # pairs of replay processes, both pruned.
-    # The training test made six Scale calls; two (one per instance) were replayed.
-    assert len(tests[STACK]["pruned"]["replayed"]) == 2
+    # The training test made three Stack calls (six Scale calls inside them); the first
+    # Stack call was replayed, its two Scales with it.
+    assert len(tests[STACK]["pruned"]["replayed"]) == 1
     explained = net.fastci("explain", "-q", SCALE).stdout
     assert "pruning evidence (exact)" in explained and "==" in explained
     assert "!=" not in explained
@@ -213,17 +215,17 @@ def test_a_test_is_kept_when_pruning_cannot_prove_it_unchanged(net, case):
 
 
 def test_a_replay_stops_where_it_can_change_no_decision(net):
-    # test_stack_trains needs two Scale calls (one per instance). The numbers change: the
-    # first call replayed under the new code differs, which keeps the test whatever the
-    # second shows, so the second is not replayed there; the reason names the first.
+    # test_scale needs two Scale calls (two shapes). The numbers change: the first call
+    # replayed under the new code differs, which keeps the test whatever the second shows,
+    # so the second is not replayed there; the reason names the first.
     # (The equivalent change above, where both calls are replayed and the test pruned, is
     # the other half: nothing a pruning decision needs is ever skipped.)
     net.edit("net/layers.py", "return y + 1.0", "return y + 1.5")
     result = net.select()
-    assert {t["id"]: t for t in result["tests"]}[STACK]["decision"] == "selected"
+    assert {t["id"]: t for t in result["tests"]}[SCALE]["decision"] == "selected"
     assert any("replays skipped, as every test that needed them stayed selected" in n
                for n in result["notes"])
-    explained = net.fastci("explain", "-q", STACK).stdout
+    explained = net.fastci("explain", "-q", SCALE).stdout
     assert "Scale under the new code differs at out" in explained
     assert "not replayed" not in explained
     assert net.fastci("run", "-q", check=False).returncode == 1

@@ -7,8 +7,9 @@ digest of every repository module's globals (`prune/state.py`: what the replay's
 process must find), and the fingerprints of what it returned. The call runs under its own
 coverage context (`<test>|cap:<n>`), so the evidence says which executed lines ran inside
 which captured call.
-Later calls with a signature already seen run under `<test>|in` when nothing encloses them,
-or stay in the enclosing captured call's context (replaying that call runs them too). A
+Calls made inside a kept capture are not captured again: they stay in its context, and
+replaying it runs them too. Later calls with a signature already seen run under `<test>|in`
+when nothing encloses them. A
 per-test byte budget bounds what is kept; a call past it, or one that cannot be pickled, is
 noted as not replayable, and the blocks it ran can then never be pruned.
 
@@ -146,6 +147,8 @@ class ModuleCapture:
         enclosing = recorder.context
         if not (enclosing == test or enclosing.startswith(test + "|")):
             return original(module, *args, **kwargs)  # a fixture's call: not this test's
+        if self._inside_kept(enclosing):
+            return original(module, *args, **kwargs)
         key = (id(module), _signature(module, args, kwargs))
         ref = self._seen.get(key)
         if ref is not None and ref() is module:
@@ -165,6 +168,22 @@ class ModuleCapture:
             self._save_module_call(capture, module, args, kwargs)
         return self._run_captured(capture, enclosing,
                                   lambda: original(module, *args, **kwargs))
+
+    def _inside_kept(self, enclosing: str) -> bool:
+        """Whether `enclosing` is a kept capture's context, or a repeat of one (`|in`): a
+        call inside it is not captured again, and its lines count to that context. A kept
+        call's replay runs the calls inside it; a repeat's lines are covered only where the
+        first call reached them too (the rest keep the test). Saving every nested call cost
+        most of the recording's capture time (a model's every block and norm, their
+        parameters saved once more each) and proved nothing the enclosing replay does not.
+        Inside a call that could not be kept, nested calls are captured: they may still be
+        replayed on their own."""
+        if enclosing == self._test + INSIDE:
+            return True
+        head, sep, index = enclosing.rpartition(CAPTURED)
+        if not sep or head != self._test or not index.isdigit():
+            return False
+        return self.captures[head][int(index)].digest is not None
 
     def _run_captured(self, capture: Capture, enclosing: str, call: Callable[[], Any],
                       exact: bool = False) -> Any:
@@ -204,6 +223,8 @@ class ModuleCapture:
             return fn(*args, **kwargs)
         enclosing = recorder.context
         if not (enclosing == test or enclosing.startswith(test + "|")):
+            return fn(*args, **kwargs)
+        if self._inside_kept(enclosing):
             return fn(*args, **kwargs)
         with recorder.untraced():
             signature = _arguments_signature(args, kwargs)
@@ -290,7 +311,7 @@ class ModuleCapture:
                              "threads": torch.get_num_threads(),
                              "default_dtype": str(torch.get_default_dtype()),
                              "deterministic": torch.are_deterministic_algorithms_enabled()},
-                "state": state,
+                "state": json.dumps(state, separators=(",", ":")),  # see replay._recorded_state
             }, buffer)
         except Exception as exc:  # noqa: BLE001 - an unpicklable module is simply not kept
             capture.why = f"cannot be saved: {type(exc).__name__}: {str(exc)[:200]}"

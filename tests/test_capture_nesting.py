@@ -1,0 +1,116 @@
+"""Calls inside a kept capture are not captured again: the enclosing call's replay runs
+them, and saving each nested module (its parameters once more) was most of what capture
+cost a recording. Inside a call that could not be kept, nested calls are captured, so a
+change to them can still be proved equivalent. Each rule is tested both ways: an
+equivalent change to the nested code is pruned through the right replay, and a change that
+breaks the test stays selected."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import Project
+
+FILES = {
+    "net/__init__.py": "",
+    "net/layers.py": '''
+        import torch
+        from torch import nn
+
+
+        class Inner(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.weight = nn.Parameter(torch.linspace(0.5, 1.5, 4))
+
+            def forward(self, x):
+                return x * self.weight
+
+
+        class Outer(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = Inner()
+
+            def forward(self, x):
+                return torch.tanh(self.inner(x)) + 1.0
+
+
+        class Unsaveable(nn.Module):
+            """Holds a lambda: torch.save cannot keep it, so its calls are never replayed."""
+
+            def __init__(self):
+                super().__init__()
+                self.inner = Inner()
+                self.activation = lambda t: torch.tanh(t)
+
+            def forward(self, x):
+                return self.activation(self.inner(x)) + 1.0
+    ''',
+    "tests/test_nesting.py": '''
+        import torch
+
+        from net.layers import Outer, Unsaveable
+
+        X = torch.linspace(-1.0, 1.0, 8).reshape(2, 4)
+
+
+        def test_outer():
+            expected = torch.tanh(X * torch.linspace(0.5, 1.5, 4)) + 1.0
+            assert torch.equal(Outer()(X), expected)
+
+
+        def test_unsaveable():
+            expected = torch.tanh(X * torch.linspace(0.5, 1.5, 4)) + 1.0
+            assert torch.equal(Unsaveable()(X), expected)
+    ''',
+}
+OUTER = "tests/test_nesting.py::test_outer"
+UNSAVEABLE = "tests/test_nesting.py::test_unsaveable"
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    project = Project(tmp_path_factory.mktemp("base") / "repo")
+    project.write(FILES)
+    project.commit("net")
+    proc = project.record()
+    assert "2 passed" in proc.stdout, proc.stdout + proc.stderr
+    return project.root
+
+
+@pytest.fixture
+def net(recorded, tmp_path) -> Project:
+    return Project.copied(recorded, tmp_path / "repo")
+
+
+def decisions(project: Project) -> dict[str, dict]:
+    return {t["id"]: t for t in project.select()["tests"]}
+
+
+def test_a_nested_call_is_replayed_through_the_kept_call_around_it(net):
+    net.edit("net/layers.py", "return x * self.weight", "return self.weight * x")
+    tests = decisions(net)
+    assert tests[OUTER]["decision"] == "skipped"
+    assert [r["module"] for r in tests[OUTER]["pruned"]["replayed"]] == ["net.layers.Outer"]
+    # Outside a kept call, the nested one was captured on its own and is replayed alone.
+    assert tests[UNSAVEABLE]["decision"] == "skipped"
+    assert [r["module"] for r in tests[UNSAVEABLE]["pruned"]["replayed"]] == \
+        ["net.layers.Inner"]
+
+
+def test_a_nested_change_that_breaks_the_test_stays_selected(net):
+    net.edit("net/layers.py", "return x * self.weight", "return x * self.weight * 1.001")
+    tests = decisions(net)
+    assert tests[OUTER]["decision"] == "selected"
+    assert tests[UNSAVEABLE]["decision"] == "selected"
+    failed = net.fastci("run", "-q", check=False)
+    assert failed.returncode == 1
+    assert "2 failed" in failed.stdout, failed.stdout
+
+
+def test_the_unkept_call_s_own_lines_keep_its_test(net):
+    net.edit("net/layers.py", "return self.activation(self.inner(x)) + 1.0",
+             "return self.activation(self.inner(x)) + 1.0 + 0.0")
+    tests = decisions(net)
+    assert tests[UNSAVEABLE]["decision"] == "selected"
+    assert "not kept" in net.fastci("explain", "-q", UNSAVEABLE).stdout
