@@ -201,6 +201,7 @@ def _replay(path: str, root: str, timing: dict) -> tuple[dict, dict]:
 
     loading = time.perf_counter()
     saved = torch.load(path, weights_only=False, map_location=None)
+    saved["state"] = _recorded_state(saved.get("state"))
     timing["load"] = time.perf_counter() - loading
     if "function" in saved:
         return _replay_function(saved, root)
@@ -505,6 +506,13 @@ def _check_code(module, root: str) -> None:
             continue  # the standard library
         raise RuntimeError(f"{cls.__qualname__} was loaded from {path}, outside the tree "
                            f"being replayed ({root}); is the package installed elsewhere?")
+
+
+def _recorded_state(state: str | dict | None) -> dict | None:
+    """The module state a capture kept: JSON text (one string is what torch.save pickles
+    fastest: its pickler calls back into Python for every object of a dict), or the dict
+    older captures kept."""
+    return json.loads(state) if isinstance(state, str) else state
 
 
 def _check_state(recorded: dict | None, root: str) -> None:

@@ -51,6 +51,10 @@ class Digester:
         # another's while the entry stands; an in-place change bumps the version
         self._tensors: dict[int, tuple[object, int, str]] = {}
         self._classes: dict[type, bool] = {}
+        # (module namespace id, global name) -> (the value, its digest), for values whose
+        # digest their identity settles (`_settled`): a capture digests every global of
+        # every repository module, and nearly all are functions, classes and constants
+        self._settled_digests: dict[tuple[int, str], tuple[object, str]] = {}
 
     def module(self, module: ModuleType) -> dict[str, str]:
         """Global name -> digest of its value. Left out: dunder names (they name the checkout,
@@ -59,14 +63,20 @@ class Digester:
         in whatever order they are imported)."""
         namespace = object.__getattribute__(module, "__dict__")
         own = namespace.get("__name__")
-        out = {}
+        out, settled, where = {}, self._settled_digests, id(namespace)
         for key, value in list(namespace.items()):
             if key.startswith("__") and key.endswith("__") or not key.isidentifier():
                 continue  # a checkout's names, or pytest's assertion rewriter's "@py_..."
             if isinstance(value, ModuleType):
                 continue  # a package gains its submodules as they are imported, in any order
-            out[key] = hashlib.blake2b(self.value(value, 0, own).encode(
+            known = settled.get((where, key))
+            if known is not None and known[0] is value:
+                out[key] = known[1]
+                continue
+            out[key] = digest = hashlib.blake2b(self.value(value, 0, own).encode(
                 errors="surrogatepass"), digest_size=8).hexdigest()
+            if _settled(value, own):
+                settled[(where, key)] = (value, digest)  # held: its id stays its own
         return out
 
     def value(self, value: object, depth: int, module: str | None = None) -> str:
@@ -157,6 +167,21 @@ class Digester:
                                      repr(data.tolist()).encode(), digest_size=12).hexdigest()
             return f"<ndarray {data.dtype} {data.shape} {digest}>"
         return None
+
+
+def _settled(value: object, module: str | None) -> bool:
+    """Whether a value's digest follows from its identity: immutable plain data, and
+    functions and classes, which are digested by name, but the module's own classes (their
+    class attributes are digested, and a test may set them)."""
+    kind = type(value)
+    if kind in _IMMUTABLE:
+        return True
+    if isinstance(value, _NAMED):
+        return not (kind is type and value.__module__ == module)  # type: ignore[union-attr]
+    return False
+
+
+_IMMUTABLE = frozenset((bool, int, float, complex, bytes, str, type(None)))
 
 
 def differing(recorded: dict[str, str], now: dict[str, str]) -> list[str]:
