@@ -1,7 +1,7 @@
-"""Calls inside a kept capture are not captured again: the enclosing call's replay runs
-them, and saving each nested module (its parameters once more) was most of what capture
-cost a recording. Inside a call that could not be kept, nested calls are captured, so a
-change to them can still be proved equivalent. Each rule is tested both ways: an
+"""Module calls inside a kept module call are not captured again: the enclosing call's
+replay runs them, and saving each nested module (its parameters once more) was most of what
+capture cost a recording. Inside a call that could not be kept, or a plain function's call,
+nested module calls are captured, so a change to them can still be proved equivalent. Each rule is tested both ways: an
 equivalent change to the nested code is pruned through the right replay, and a change that
 breaks the test stays selected."""
 
@@ -45,11 +45,15 @@ FILES = {
 
             def forward(self, x):
                 return self.activation(self.inner(x)) + 1.0
+
+
+        def through_a_function(x):
+            return Outer()(x)
     ''',
     "tests/test_nesting.py": '''
         import torch
 
-        from net.layers import Outer, Unsaveable
+        from net.layers import Outer, Unsaveable, through_a_function
 
         X = torch.linspace(-1.0, 1.0, 8).reshape(2, 4)
 
@@ -62,10 +66,16 @@ FILES = {
         def test_unsaveable():
             expected = torch.tanh(X * torch.linspace(0.5, 1.5, 4)) + 1.0
             assert torch.equal(Unsaveable()(X), expected)
+
+
+        def test_through_a_function():
+            expected = torch.tanh(X * torch.linspace(0.5, 1.5, 4)) + 1.0
+            assert torch.equal(through_a_function(X), expected)
     ''',
 }
 OUTER = "tests/test_nesting.py::test_outer"
 UNSAVEABLE = "tests/test_nesting.py::test_unsaveable"
+FUNCTION = "tests/test_nesting.py::test_through_a_function"
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +84,7 @@ def recorded(tmp_path_factory):
     project.write(FILES)
     project.commit("net")
     proc = project.record()
-    assert "2 passed" in proc.stdout, proc.stdout + proc.stderr
+    assert "3 passed" in proc.stdout, proc.stdout + proc.stderr
     return project.root
 
 
@@ -96,6 +106,10 @@ def test_a_nested_call_is_replayed_through_the_kept_call_around_it(net):
     assert tests[UNSAVEABLE]["decision"] == "skipped"
     assert [r["module"] for r in tests[UNSAVEABLE]["pruned"]["replayed"]] == \
         ["net.layers.Inner"]
+    # Inside a plain function's capture, module calls are captured (such a replay fails
+    # more often); the module call is the one replayed.
+    assert tests[FUNCTION]["decision"] == "skipped"
+    assert [r["module"] for r in tests[FUNCTION]["pruned"]["replayed"]] == ["net.layers.Outer"]
 
 
 def test_a_nested_change_that_breaks_the_test_stays_selected(net):
@@ -103,9 +117,10 @@ def test_a_nested_change_that_breaks_the_test_stays_selected(net):
     tests = decisions(net)
     assert tests[OUTER]["decision"] == "selected"
     assert tests[UNSAVEABLE]["decision"] == "selected"
+    assert tests[FUNCTION]["decision"] == "selected"
     failed = net.fastci("run", "-q", check=False)
     assert failed.returncode == 1
-    assert "2 failed" in failed.stdout, failed.stdout
+    assert "3 failed" in failed.stdout, failed.stdout
 
 
 def test_the_unkept_call_s_own_lines_keep_its_test(net):

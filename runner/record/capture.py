@@ -7,10 +7,10 @@ digest of every repository module's globals (`prune/state.py`: what the replay's
 process must find), and the fingerprints of what it returned. The call runs under its own
 coverage context (`<test>|cap:<n>`), so the evidence says which executed lines ran inside
 which captured call.
-Calls made inside a kept capture are not captured again: they stay in its context, and
-replaying it runs them too. Later calls with a signature already seen run under `<test>|in`
-when nothing encloses them. A
-per-test byte budget bounds what is kept; a call past it, or one that cannot be pickled, is
+Module calls made inside a kept module call are not captured again: they stay in its
+context, and replaying it runs them too. Later calls with a signature already seen run
+under `<test>|in` when nothing encloses them. A per-test byte budget bounds what is kept; a
+call past it, or one that cannot be pickled, is
 noted as not replayable, and the blocks it ran can then never be pruned.
 
 Only the output fingerprints are taken here (cheap). Gradients, state after the call and the
@@ -170,20 +170,23 @@ class ModuleCapture:
                                   lambda: original(module, *args, **kwargs))
 
     def _inside_kept(self, enclosing: str) -> bool:
-        """Whether `enclosing` is a kept capture's context, or a repeat of one (`|in`): a
-        call inside it is not captured again, and its lines count to that context. A kept
-        call's replay runs the calls inside it; a repeat's lines are covered only where the
-        first call reached them too (the rest keep the test). Saving every nested call cost
-        most of the recording's capture time (a model's every block and norm, their
-        parameters saved once more each) and proved nothing the enclosing replay does not.
-        Inside a call that could not be kept, nested calls are captured: they may still be
-        replayed on their own."""
+        """Whether `enclosing` is a kept module call's context, or a repeat of a captured
+        call (`|in`): a call inside it is not captured again, and its lines count to that
+        context. A module call's replay runs the calls inside it; a repeat's lines are
+        covered only where the first call reached them too (the rest keep the test).
+        Saving every nested call cost most of the recording's capture time (a model's
+        every block and norm, their parameters saved once more each) and proved nothing
+        the enclosing replay does not. Inside a plain function's call, and inside a call
+        that could not be kept, module calls are still captured: such a replay fails more
+        often (an effect it cannot compare, an object its digest cannot read), and the
+        nested capture can then still be replayed on its own."""
         if enclosing == self._test + INSIDE:
             return True
         head, sep, index = enclosing.rpartition(CAPTURED)
         if not sep or head != self._test or not index.isdigit():
             return False
-        return self.captures[head][int(index)].digest is not None
+        capture = self.captures[head][int(index)]
+        return capture.digest is not None and capture.kind == "module"
 
     def _run_captured(self, capture: Capture, enclosing: str, call: Callable[[], Any],
                       exact: bool = False) -> Any:
