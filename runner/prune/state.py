@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import operator
 import os
 import re
 import sys
@@ -51,10 +52,13 @@ class Digester:
         # another's while the entry stands; an in-place change bumps the version
         self._tensors: dict[int, tuple[object, int, str]] = {}
         self._classes: dict[type, bool] = {}
-        # (module namespace id, global name) -> (the value, its digest), for values whose
-        # digest their identity settles (`_settled`): a capture digests every global of
-        # every repository module, and nearly all are functions, classes and constants
-        self._settled_digests: dict[tuple[int, str], tuple[object, str]] = {}
+        # namespace id -> (the namespace, held so its id stays its own; global name -> (the
+        # value, its digest, or None for a name left out)), for values whose digest their
+        # identity settles (`_settled`): a capture digests every global of every repository
+        # module, and nearly all are functions, classes and constants
+        # (class, depth) -> (its attribute values and names, held, and the text they gave)
+        self._class_texts: dict[tuple[type, int], tuple[tuple, tuple, str]] = {}
+        self._namespaces: dict[int, tuple[dict, dict[str, tuple[object, str | None]]]] = {}
 
     def module(self, module: ModuleType) -> dict[str, str]:
         """Global name -> digest of its value. Left out: dunder names (they name the checkout,
@@ -63,20 +67,28 @@ class Digester:
         in whatever order they are imported)."""
         namespace = object.__getattribute__(module, "__dict__")
         own = namespace.get("__name__")
-        out, settled, where = {}, self._settled_digests, id(namespace)
+        held = self._namespaces.get(id(namespace))
+        if held is None:
+            held = self._namespaces[id(namespace)] = (namespace, {})
+        memo, out = held[1], {}
         for key, value in list(namespace.items()):
-            if key.startswith("__") and key.endswith("__") or not key.isidentifier():
-                continue  # a checkout's names, or pytest's assertion rewriter's "@py_..."
-            if isinstance(value, ModuleType):
-                continue  # a package gains its submodules as they are imported, in any order
-            known = settled.get((where, key))
+            known = memo.get(key)
             if known is not None and known[0] is value:
-                out[key] = known[1]
+                if known[1] is not None:
+                    out[key] = known[1]
+                continue
+            if key.startswith("__") and key.endswith("__") or not key.isidentifier() \
+                    or isinstance(value, ModuleType):
+                # a checkout's names, pytest's assertion rewriter's "@py_...", and modules
+                # (a package gains its submodules as they are imported, in any order)
+                memo[key] = (value, None)
                 continue
             out[key] = digest = hashlib.blake2b(self.value(value, 0, own).encode(
                 errors="surrogatepass"), digest_size=8).hexdigest()
             if _settled(value, own):
-                settled[(where, key)] = (value, digest)  # held: its id stays its own
+                memo[key] = (value, digest)
+            else:
+                memo.pop(key, None)
         return out
 
     def value(self, value: object, depth: int, module: str | None = None) -> str:
@@ -142,11 +154,22 @@ class Digester:
         return f"<{kind.__module__}.{kind.__qualname__} {text.replace(self.root, '<root>')}>"
 
     def _class_data(self, cls: type, depth: int) -> str:
-        """A module's own class: its plain class attributes (a test may set them)."""
-        data = {k: v for k, v in vars(cls).items()
+        """A module's own class: its plain class attributes (a test may set them).
+        Remembered while the class holds the very same attributes, all immutable (a
+        configuration dataclass's defaults): what a capture digests most often."""
+        attributes = vars(cls)
+        values = tuple(attributes.values())
+        known = self._class_texts.get((cls, depth))
+        if known is not None and len(known[0]) == len(values) \
+                and all(map(operator.is_, known[0], values)) and known[1] == tuple(attributes):
+            return known[2]
+        data = {k: v for k, v in attributes.items()
                 if not (k.startswith("__") and k.endswith("__")) and isinstance(
                     v, (*_PLAIN, str, list, tuple, dict, set, frozenset))}
-        return self.value(data, depth + 1) if data else ""
+        text = self.value(data, depth + 1) if data else ""
+        if all(type(v) in _IMMUTABLE for v in data.values()):
+            self._class_texts[(cls, depth)] = (values, tuple(attributes), text)
+        return text
 
     def _array(self, value: object) -> str | None:
         torch = sys.modules.get("torch")
