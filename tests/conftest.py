@@ -99,6 +99,21 @@ class Project:
     def selected(self, *args: str) -> set[str]:
         return {t["id"] for t in self.select(*args)["tests"] if t["decision"] == "selected"}
 
+    def decisions(self, *args: str) -> dict[str, dict]:
+        """Test id -> its decision, as `fastci select --format json` gives it."""
+        return {t["id"]: t for t in self.select(*args)["tests"]}
+
+    @classmethod
+    def recorded_once(cls, root: Path, files: dict[str, str], passed: int) -> Path:
+        """A repository holding `files`, committed and recorded (all `passed` tests
+        passing), for a module's tests to copy (`copied`) rather than record each."""
+        project = cls(root)
+        project.write(files)
+        project.commit("base")
+        proc = project.record()
+        assert f"{passed} passed" in proc.stdout, proc.stdout + proc.stderr
+        return project.root
+
 
 @pytest.fixture
 def project(tmp_path) -> Project:

@@ -1,9 +1,9 @@
 """Module calls inside a kept module call are not captured again: the enclosing call's
 replay runs them, and saving each nested module (its parameters once more) was most of what
 capture cost a recording. Inside a call that could not be kept, or a plain function's call,
-nested module calls are captured, so a change to them can still be proved equivalent. Each rule is tested both ways: an
-equivalent change to the nested code is pruned through the right replay, and a change that
-breaks the test stays selected."""
+nested module calls are captured, so a change to them can still be proved equivalent. Each
+rule is tested both ways: an equivalent change to the nested code is pruned through the
+right replay, and a change that breaks the test stays selected."""
 
 from __future__ import annotations
 
@@ -80,12 +80,7 @@ FUNCTION = "tests/test_nesting.py::test_through_a_function"
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    project = Project(tmp_path_factory.mktemp("base") / "repo")
-    project.write(FILES)
-    project.commit("net")
-    proc = project.record()
-    assert "3 passed" in proc.stdout, proc.stdout + proc.stderr
-    return project.root
+    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", FILES, passed=3)
 
 
 @pytest.fixture
@@ -93,13 +88,9 @@ def net(recorded, tmp_path) -> Project:
     return Project.copied(recorded, tmp_path / "repo")
 
 
-def decisions(project: Project) -> dict[str, dict]:
-    return {t["id"]: t for t in project.select()["tests"]}
-
-
 def test_a_nested_call_is_replayed_through_the_kept_call_around_it(net):
     net.edit("net/layers.py", "return x * self.weight", "return self.weight * x")
-    tests = decisions(net)
+    tests = net.decisions()
     assert tests[OUTER]["decision"] == "skipped"
     assert [r["module"] for r in tests[OUTER]["pruned"]["replayed"]] == ["net.layers.Outer"]
     # Outside a kept call, the nested one was captured on its own and is replayed alone.
@@ -114,7 +105,7 @@ def test_a_nested_call_is_replayed_through_the_kept_call_around_it(net):
 
 def test_a_nested_change_that_breaks_the_test_stays_selected(net):
     net.edit("net/layers.py", "return x * self.weight", "return x * self.weight * 1.001")
-    tests = decisions(net)
+    tests = net.decisions()
     assert tests[OUTER]["decision"] == "selected"
     assert tests[UNSAVEABLE]["decision"] == "selected"
     assert tests[FUNCTION]["decision"] == "selected"
@@ -126,6 +117,6 @@ def test_a_nested_change_that_breaks_the_test_stays_selected(net):
 def test_the_unkept_call_s_own_lines_keep_its_test(net):
     net.edit("net/layers.py", "return self.activation(self.inner(x)) + 1.0",
              "return self.activation(self.inner(x)) + 1.0 + 0.0")
-    tests = decisions(net)
+    tests = net.decisions()
     assert tests[UNSAVEABLE]["decision"] == "selected"
     assert "not kept" in net.fastci("explain", "-q", UNSAVEABLE).stdout

@@ -239,21 +239,13 @@ def node(name: str, file: str = "test_sched") -> str:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    project = Project(tmp_path_factory.mktemp("base") / "repo")
-    project.write(LIB)
-    project.commit("lib")
-    result = project.record()
-    assert "17 passed" in result.stdout, result.stdout  # the registry's identity test too
-    return project.root
+    # 17: the registry's identity test passes too
+    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=17)
 
 
 @pytest.fixture
 def lib(recorded, tmp_path) -> Project:
     return Project.copied(recorded, tmp_path / "repo")
-
-
-def decisions(project: Project) -> dict[str, dict]:
-    return {t["id"]: t for t in project.select()["tests"]}
 
 
 PRUNED = {
@@ -274,7 +266,7 @@ REGISTRY = node("registry_holds_the_function_itself", "test_registry")
 def test_equivalent_changes_to_functions_a_test_calls_are_pruned(lib):
     for path, old, new, _ in PRUNED.values():
         lib.edit(path, old, new)
-    tests = decisions(lib)
+    tests = lib.decisions()
     for case, (*_, test) in PRUNED.items():
         assert tests[test]["decision"] == "skipped", (case, tests[test])
         replayed = tests[test]["pruned"]["replayed"]
@@ -354,7 +346,7 @@ def test_function_changes_pruning_cannot_prove_equal_keep_their_tests(lib, cases
     """Each change fails its test: a rule that pruned it would let a failure escape."""
     for path, old, new, _, _ in cases.values():
         lib.edit(path, old, new)
-    tests = decisions(lib)
+    tests = lib.decisions()
     for case, (_, _, _, name, why) in cases.items():
         test = tests[node(name)]
         assert test["decision"] == "selected", (case, test)
