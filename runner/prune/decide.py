@@ -285,12 +285,10 @@ class _Replays:
                        for d, r in cached.items() if d in recorded[i])
 
         settled.write_text("".join(f"{i}\n" for i in range(len(groups)) if contradicted(i)))
-        ranked = settle.order(todo_new, groups)
-        # the evidence's tree runs beside it from the other end: by the time it reaches
-        # what the new tree replays first, that has settled what it could
-        backwards = list(reversed(settle.order(todo_old, groups)))
+        old_order, new_order = settle.orders(todo_old, todo_new, groups,
+                                             budgeted=self.budget is not None)
         return (SettlePlan(groups, settled), SettlePlan(groups, settled, recorded),
-                {d: todo_old[d] for d in backwards}, {d: todo_new[d] for d in ranked})
+                {d: todo_old[d] for d in old_order}, {d: todo_new[d] for d in new_order})
 
     def _root(self, tree, name: str, todo: dict, results: dict, worktree: bool = False):
         if worktree:

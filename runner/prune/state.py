@@ -200,7 +200,7 @@ def _settled(value: object, module: str | None) -> bool:
     if kind in _IMMUTABLE:
         return True
     if isinstance(value, _NAMED):
-        return not (kind is type and value.__module__ == module)  # type: ignore[union-attr]
+        return not (kind is type and value.__module__ == module)
     return False
 
 

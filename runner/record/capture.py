@@ -180,10 +180,13 @@ class ModuleCapture:
         that could not be kept, module calls are still captured: such a replay fails more
         often (an effect it cannot compare, an object its digest cannot read), and the
         nested capture can then still be replayed on its own."""
-        if enclosing == self._test + INSIDE:
+        test = self._test
+        if test is None:
+            return False
+        if enclosing == test + INSIDE:
             return True
         head, sep, index = enclosing.rpartition(CAPTURED)
-        if not sep or head != self._test or not index.isdigit():
+        if not sep or head != test or not index.isdigit():
             return False
         capture = self.captures[head][int(index)]
         return capture.digest is not None and capture.kind == "module"

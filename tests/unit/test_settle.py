@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from fastci.runner.prune.decide import Candidate, _judge
 from fastci.runner.prune.replayers import ReplayItem, SettlePlan, settle_failures
-from fastci.runner.prune.settle import SKIPPED, Settled, order, unlike_recorded
+from fastci.runner.prune.settle import SKIPPED, Settled, order, orders, unlike_recorded
 
 LEAF = {"hash": "aa", "dtype": "float32"}
 OTHER = {"hash": "bb", "dtype": "float32"}
@@ -60,6 +60,16 @@ def test_only_the_fields_a_recording_kept_are_compared():
 
 def test_the_new_tree_replays_the_most_needed_captures_first():
     assert order(["a", "b", "c"], [["c"], ["b", "c"], ["c", "a"]]) == ["c", "a", "b"]
+
+
+def test_under_a_budget_both_trees_replay_in_one_order():
+    groups = [["c"], ["b", "c"], ["c", "a"]]
+    # Unlimited: the evidence's tree starts from the other end (it settles sooner).
+    assert orders(["a", "b", "c"], ["a", "b", "c"], groups, budgeted=False) == \
+        (["b", "a", "c"], ["c", "a", "b"])
+    # Cut off at the same moment, two processes from opposite ends would share no call.
+    assert orders(["a", "b", "c"], ["a", "b", "c"], groups, budgeted=True) == \
+        (["c", "a", "b"], ["c", "a", "b"])
 
 
 def _replays(old: dict, new: dict) -> SimpleNamespace:
