@@ -52,12 +52,12 @@ class Digester:
         # another's while the entry stands; an in-place change bumps the version
         self._tensors: dict[int, tuple[object, int, str]] = {}
         self._classes: dict[type, bool] = {}
+        # (class, depth) -> (its attribute values and names, held, and the text they gave)
+        self._class_texts: dict[tuple[type, int], tuple[tuple, tuple, str]] = {}
         # namespace id -> (the namespace, held so its id stays its own; global name -> (the
         # value, its digest, or None for a name left out)), for values whose digest their
         # identity settles (`_settled`): a capture digests every global of every repository
         # module, and nearly all are functions, classes and constants
-        # (class, depth) -> (its attribute values and names, held, and the text they gave)
-        self._class_texts: dict[tuple[type, int], tuple[tuple, tuple, str]] = {}
         self._namespaces: dict[int, tuple[dict, dict[str, tuple[object, str | None]]]] = {}
 
     def module(self, module: ModuleType) -> dict[str, str]:
