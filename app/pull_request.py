@@ -244,12 +244,11 @@ def _after_replays(ctx: Context, store: RunStore, run: Run, work: Work) -> dict:
     replay = run.data["replay"]
     job_id = replay["job"]
     kept = store.request(run.id)
-    again = shards.rerun_if_orphaned(ctx, run, job_id, kept)
+    state, again = shards.observe(ctx, run, job_id, kept)
     if again is not None:
         replay["job"] = again
         store.save(run)
         return {"status": run.state, "run": run.id, "replays": "run again"}
-    state = shards.status(ctx, job_id)
     if state == "finished":
         raw = shards.fetch(job_id, ctx.redis).return_value()
     elif state in (*shards.ENDED, "gone"):

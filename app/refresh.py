@@ -73,10 +73,10 @@ def refresh(ctx: Context, work: Work, delivery: str = "") -> dict:
 def advance(ctx: Context, store: RunStore, run: Run) -> dict:
     """Once the recording job ended: validate it, store it, audit the selection."""
     kept = store.request(run.id)
-    for job_id in run.pending():
-        shards.rerun_if_orphaned(ctx, run, job_id, kept)
-    [job_id] = run.current()
-    state = shards.status(ctx, job_id)
+    seen = {job_id: shards.observe(ctx, run, job_id, kept) for job_id in list(run.pending())}
+    [job_id] = run.current()  # the job run again, if its worker died
+    state = (seen[job_id][0] if job_id in seen
+             else shards.observe(ctx, run, job_id, kept)[0])
     late = time.time() > run.deadline
     if state not in (*shards.ENDED, "gone") and not late:
         store.save(run)  # a job run again is noted

@@ -111,32 +111,27 @@ def enqueue_shards(ctx: Context, run: Run, shards: list[list[Decision]], request
     return ids
 
 
-def status(ctx: Context, job_id: str) -> str:
-    """A runner job's status as RQ keeps it ("gone" once it expired or was removed)."""
-    try:
-        state = fetch(job_id, ctx.redis).get_status(refresh=True)
-    except NoSuchJobError:
-        return "gone"
-    return getattr(state, "value", state) or "gone"  # RQ's JobStatus is a str enum
-
-
-def rerun_if_orphaned(ctx: Context, run: Run, job_id: str, kept: dict) -> str | None:
-    """A new job id if `job_id`'s worker died while running it: the job is enqueued again,
-    on the same queue, for any worker listening there (at most MAX_SHARD_RUNS runs in all),
-    and the orphan cancelled, so a late result does not count twice. Else None."""
+def observe(ctx: Context, run: Run, job_id: str, kept: dict) -> tuple[str, str | None]:
+    """A runner job's state, read once, and the id of a new job if its worker died, or lost
+    Redis, while running it: the job is enqueued again, on the same queue, for any worker
+    listening there (at most MAX_SHARD_RUNS runs in all), and the orphan cancelled, so a late
+    result does not count twice. One read: with two, a job seen running by the first and
+    failed as abandoned (by its worker, back from an outage) by the second was reported as
+    a failure instead of being run again."""
     try:
         job = fetch(job_id, ctx.redis)
     except NoSuchJobError:
-        return None
-    state = job.get_status(refresh=True)
+        return "gone", None
+    raw = job.get_status(refresh=True)
+    state = getattr(raw, "value", raw) or "gone"  # RQ's JobStatus is a str enum
     abandoned = state == "failed" and "abandoned" in (job_error(job) or "").lower()
     if state != "started" and not abandoned:
-        return None
+        return state, None
     if state == "started" and worker_alive(ctx, job):
-        return None
+        return state, None
     info = run.jobs[job_id]
     if info["runs"] >= MAX_SHARD_RUNS:
-        return None
+        return state, None
     log.warning("runner job %s lost its worker; running it again (%d)", job_id,
                 info["runs"] + 1)
     again = enqueue(ctx, run, info["function"], info["request"], info["queue"],
@@ -148,7 +143,7 @@ def rerun_if_orphaned(ctx: Context, run: Run, job_id: str, kept: dict) -> str | 
         job.cancel()
     except InvalidJobOperation as exc:  # it finished meanwhile: its result is not awaited
         log.info("orphaned job %s could not be cancelled: %s", job_id, exc)
-    return again
+    return state, again
 
 
 def worker_alive(ctx: Context, job: Job) -> bool:
@@ -283,11 +278,13 @@ def collect_ended(ctx: Context, store: RunStore, run: Run, blocking: bool = True
     that ended since it was last advanced (each kept in Redis as a summary); the jobs that
     changed (empty: nothing new, and nothing was read from git or GitHub)."""
     kept = store.request(run.id)
-    changed = []
-    for job_id in run.pending():
-        if rerun_if_orphaned(ctx, run, job_id, kept) is not None:
+    changed, ended = [], {}
+    for job_id in list(run.pending()):
+        state, again = observe(ctx, run, job_id, kept)
+        if again is not None:
             changed.append(job_id)
-    ended = {j: s for j in run.pending() if (s := status(ctx, j)) in (*ENDED, "gone")}
+        elif state in (*ENDED, "gone"):
+            ended[job_id] = state
     if not ended:
         return changed
     with checked(ctx, run, blocking) as check:

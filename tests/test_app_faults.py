@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -224,6 +225,47 @@ def test_a_worker_killed_mid_shard_has_its_shard_run_elsewhere(world):
     assert regressions["conclusion"] == "success"
     assert "**All 2 selected tests passed**" in regressions["output"]["summary"]
     assert queue(f"{prefix}-gpu-0", client).count == 0
+
+
+def test_a_shard_abandoned_while_its_run_advances_is_run_again(world, monkeypatch):
+    """The shard's worker, back from a Redis outage, fails its job as abandoned just after
+    the run's advance has read the job as running (with its worker alive). The advance
+    must not then read it again, find it failed and report its tests as failed: the
+    abandoned shard is run again, by the advance that its worker's follow-up enqueues."""
+    from rq.job import JobStatus
+    from rq.serializers import JSONSerializer
+
+    from fastci.app import shards
+    from fastci.app.queue import FastCIJob, enqueue_advance, queue
+    from fastci.app.serve import FastCIWorker
+
+    fake, client, prefix, base, head, workers = world
+    started = jobs.handle(pull(head, base).to_json(), "delivery-abandoned")
+    assert started["status"] == "running"
+    gpu = queue(f"{prefix}-gpu-0", client)
+    [shard] = gpu.jobs  # no runner yet: it waits; as if one had taken it
+    shard.meta.update(host=socket.gethostname(), pid=os.getpid())
+    shard.save_meta()
+    shard.set_status(JobStatus.STARTED)
+    alive = shards.worker_alive
+
+    def seen_alive_then_abandoned(ctx, job):
+        if job.id != shard.id or job.get_status(refresh=True) != JobStatus.STARTED:
+            return alive(ctx, job)
+        runner = FastCIWorker([gpu], connection=client, job_class=FastCIJob,
+                              serializer=JSONSerializer, prefix=prefix)
+        runner._abandon(job, gpu)  # its worker's hand-back, right after this read
+        return True
+
+    monkeypatch.setattr(shards, "worker_alive", seen_alive_then_abandoned)
+    enqueue_advance(client, prefix, started["run"], "a test")
+    helper: list = []
+    outcome = finish(started, timeout=180,
+                     on_poll=lambda: helper or helper.append(workers.start()))
+    assert outcome["status"] == "completed" and outcome["failed"] == 0, outcome
+    [regressions] = runs_by_name(fake)["FastCI regressions"]
+    assert regressions["conclusion"] == "success", regressions["output"]["summary"]
+    assert "**All 2 selected tests passed**" in regressions["output"]["summary"]
 
 
 def test_github_500s_and_rate_limits_are_retried_to_a_complete_run(world):
