@@ -178,7 +178,7 @@ def _start(ctx: Context, store: RunStore, run: Run, runs, work: Work, selection_
     # store or a credential; they record into scratch and send the recording back.
     # The capture budget is the base's: the head's own config could raise it.
     request = {"sha": run.head, "capture_budget_mb": settings.capture_budget_mb}
-    kept = {"known": known}
+    kept = {"known": known, "uncaptured": shards.uncaptured(engine, set(known))}
     ran = {d.test_id for d in chosen}
     run.data.update(
         selection=selection.to_json(), chosen=[d.test_id for d in chosen], shadow=shadow,

@@ -56,7 +56,8 @@ def refresh(ctx: Context, work: Work, delivery: str = "") -> dict:
                 log.warning("no selection to audit for %s: %s", sha[:12], exc)
         _, url = shards.publish_bundle(ctx, mirror, sha)  # discarded when the run ends
         request = {"sha": sha, "tests": [], "record_all": True, "bundle_url": url,
-                   "capture_budget_mb": engine.settings.capture_budget_mb}
+                   "capture_budget_mb": engine.settings.capture_budget_mb,
+                   "uncaptured": shards.uncaptured(engine)}
         run.data.update(bundle=url, capture_budget_mb=request["capture_budget_mb"],
                         would=would.to_json() if would is not None and would.base else None)
         job = shards.enqueue(ctx, run, "shard", request, ctx.queues.gpu(0).name,

@@ -29,7 +29,7 @@ from fastci.runner.execution.flaky import results as test_results
 from fastci.runner.execution.validate import InvalidResult
 from fastci.runner.git import Repo
 from fastci.runner.selection.report import Decision, TestResult
-from fastci.runner.store import EvidenceStore, SqliteEvidenceStore
+from fastci.runner.store import EvidenceStore, SqliteEvidenceStore, StoreError
 
 from . import artifacts, github, workspace
 from .context import Context, installation_token, superseded
@@ -98,6 +98,22 @@ def enqueue(ctx: Context, run: Run, function: str, request: dict, target_name: s
                         "description": description, "done": False, "replaced_by": None,
                         "enqueued": time.time()}
     return job_id
+
+
+def uncaptured(engine, known: set[str] | None = None) -> dict | None:
+    """What a recording shard captures nothing of (its `--fastci-uncaptured`): the tests
+    whose last run took less than the trusted base's capture_min_seconds, from the App's
+    store (a runner records into scratch, and so knows no durations). `known`: only these."""
+    below = engine.settings.capture_min_seconds
+    if not below:
+        return None
+    try:
+        with engine.open_store(create=False) as store:
+            durations = store.durations()
+    except StoreError:
+        return None  # no evidence yet: every test is captured
+    return {"below": below, "tests": sorted(t for t, took in durations.items()
+                                            if took < below and (known is None or t in known))}
 
 
 def enqueue_shards(ctx: Context, run: Run, shards: list[list[Decision]], request: dict,

@@ -12,9 +12,14 @@ wheel, holds its tests) is downloaded from the package index and its own tests r
 there, against the installed package of the same version; `--env K=V` sets what such a suite
 needs (einops: `EINOPS_TEST_BACKENDS=numpy,torch`).
 
+Each recording starts from a store that two untimed recordings left, as every push after a
+repository's first does: the store knows each test's duration, and a test faster than
+capture_min_seconds is recorded without capture. `--first` records into an empty store
+instead (a repository's first recording, which captures every test).
+
     python bench/recording_overhead.py [--suite DIR | --sdist NAME==VERSION] [--repeat 3]
         [--python PATH] [--capture-off] [--pytest-args "..."] [--env K=V ...]
-        [--only sysmon testmon]
+        [--only sysmon testmon] [--first]
 """
 
 from __future__ import annotations
@@ -53,6 +58,18 @@ def modes(python: str, capture_off: bool) -> dict[str, tuple[list[str], dict[str
     if _has(python, "import testmon"):
         out["pytest-testmon"] = (["--testmon"], {})  # it needs pytest's cache provider
     return out
+
+
+def seed(base: list[str], repo: Path, into: Path, env: dict[str, str]) -> Path:
+    """A store as the previous pushes left it: two recordings (untimed), so each test's
+    duration is known, as the steady state has it (capture_min_seconds needs them)."""
+    for _ in range(2):
+        proc = subprocess.run(base + ["-p", "no:cacheprovider", "--fastci-record"], cwd=repo,
+                              capture_output=True, text=True, env=env)
+        if proc.returncode not in (0, 1):
+            sys.exit(f"seeding the store failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    shutil.move(repo / ".fastci", into)
+    return into
 
 
 def fetch_sdist(requirement: str, python: str, into: Path) -> Path:
@@ -96,6 +113,9 @@ def main() -> None:
                     help="measure only the modes whose name holds one of these (and plain)")
     ap.add_argument("--env", action="append", default=[], metavar="K=V",
                     help="environment the suite needs (repeatable)")
+    ap.add_argument("--first", action="store_true",
+                    help="record into an empty store each round (a repository's first "
+                         "recording), not into one that holds the previous recordings")
     args = ap.parse_args()
     suite_env = dict(item.split("=", 1) for item in args.env)
     version = subprocess.run([args.python, "-c", "import sys; print(sys.version.split()[0])"],
@@ -114,6 +134,8 @@ def main() -> None:
         runs = modes(args.python, args.capture_off)
         runs = {k: v for k, v in runs.items()
                 if k == "plain pytest" or not args.only or any(o in k for o in args.only)}
+        seeded = None if args.first else seed(base, repo, Path(tmp) / "seeded",
+                                              {**os.environ, **suite_env})
         times: dict[str, list[float]] = {name: [] for name in runs}
         cpu: dict[str, list[float]] = {name: [] for name in runs}
         outcomes: dict[str, str] = {}
@@ -125,6 +147,8 @@ def main() -> None:
                         shutil.rmtree(path)
                     elif path.exists():
                         path.unlink()
+                if seeded is not None and "--fastci-record" in extra:
+                    shutil.copytree(seeded, repo / ".fastci")
                 start, before = time.perf_counter(), _children_cpu()
                 cache = [] if "--testmon" in extra else ["-p", "no:cacheprovider"]
                 proc = subprocess.run(base + cache + extra, cwd=repo, capture_output=True,

@@ -43,6 +43,10 @@ class Settings:
     where one pruned test saves minutes, can afford more."""
     capture_budget_mb: float = 64.0
     """Bytes of captured module calls kept per test while recording (past it: not replayable)."""
+    capture_min_seconds: float = 0.1
+    """A test whose last run took less is recorded without capture: pruning it would save
+    less runner time than capturing its calls costs on every recording, and its replays
+    cost in each selection. A test with no duration on record is captured (0: capture all)."""
     ignore: tuple[str, ...] = ("*.md", "*.rst", "docs/*", "doc/*", "LICENSE*", "COPYING*",
                                "AUTHORS*", "CHANGELOG*", "NOTICE*")
     """Globs (on the repository path, or the file name) of non-Python files no test reads
@@ -81,7 +85,8 @@ class Settings:
 
 
 _TUPLES = {"dimensions", "blocking", "ignore", "exact"}
-_NUMBERS = {"failure_half_life", "capture_budget_mb", "retention_days", "prune_budget"}
+_NUMBERS = {"failure_half_life", "capture_budget_mb", "capture_min_seconds", "retention_days",
+            "prune_budget"}
 PRUNE_MODES = ("exact", "tolerance", "off")
 RECORDERS = ("auto", "sysmon", "coverage")
 EXACT_RULES = ("import-time", "statements")

@@ -108,8 +108,9 @@ def _mark_running() -> None:
 def run_shard(request: dict) -> dict:
     """Run one shard. request: bundle_url (an http(s) URL of a git bundle holding the
     commit), sha, tests (ids in order), known (every id the plan may see), and optionally
-    pytest_args, record_all and capture_budget_mb (the trusted base's, which overrides the
-    commit's own configuration).
+    pytest_args, record_all, capture_budget_mb (the trusted base's, which overrides the
+    commit's own configuration) and uncaptured (the tests whose calls are not captured for
+    pruning: {"below": seconds, "tests": ids}).
 
     pytest runs in the sandbox (`sandbox.py`) and records into a scratch store in the job's
     folder, never the shared one; what it recorded comes back as JSON, which the selection
@@ -187,6 +188,11 @@ def _pytest(sandbox: Sandbox, root: Path, job: Path, home: Path, request: dict,
     budget = request.get("capture_budget_mb")
     if budget is not None:  # the trusted base's: on the command line, it beats the head's file
         args.append(f"--fastci-capture-budget-mb={float(budget)!r}")
+    if request.get("uncaptured"):  # from the selection side's store: scratch has no durations
+        uncaptured = job / f"uncaptured-{name}.json"
+        uncaptured.write_text(json.dumps(request["uncaptured"]))
+        os.chmod(uncaptured, 0o644)
+        args.append(f"--fastci-uncaptured={uncaptured}")
     args += list(request.get("pytest_args", ()))
     return sandbox.run(args, cwd=root, home=home)
 

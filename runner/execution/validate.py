@@ -289,11 +289,14 @@ def _modules(raw, head_tree: Mapping[str, str], test_id: str) -> dict | None:
                     _dict(capture.get("out") or {}, "recorded fingerprints",
                           MAX_FINGERPRINTS).items()},
             "env": env, "lines": _line_map(capture.get("lines") or {}, head_tree, "captured")})
-    return {"captures": captures,
-            "outside": _line_map(raw.get("outside") or {}, head_tree, "uncaptured"),
-            "inside": _line_map(raw.get("inside") or {}, head_tree, "captured"),
-            "sys_path": [_relative(p, "a sys.path entry")
-                         for p in _list(raw.get("sys_path", []), "sys_path", 64)]}
+    out = {"captures": captures,
+           "outside": _line_map(raw.get("outside") or {}, head_tree, "uncaptured"),
+           "inside": _line_map(raw.get("inside") or {}, head_tree, "captured"),
+           "sys_path": [_relative(p, "a sys.path entry")
+                        for p in _list(raw.get("sys_path", []), "sys_path", 64)]}
+    if raw.get("uncaptured") is not None:  # why it captured nothing: pruning keeps the test
+        out["uncaptured"] = _text(raw["uncaptured"], "why a test was not captured", 500)
+    return out
 
 
 def captures(result, recording: Recording, budget_mb: float | None) -> dict[str, bytes]:

@@ -80,6 +80,10 @@ def candidates(selection: Selection, snapshot, old_inventories
         if decision.prunable:
             if not test.modules:
                 continue
+            if test.modules.get("uncaptured"):
+                kept[decision.test_id] = ("its calls were not captured: "
+                                          + test.modules["uncaptured"])
+                continue
             why, needed = _needed_captures(decision.prunable, test.modules, old_inventories)
             if why:
                 kept[decision.test_id] = why

@@ -86,6 +86,7 @@ class ModuleCapture:
         self._used = 0
         self._environ = dict(getattr(recorder, "environ", os.environ))  # as the session began
         self.captures: dict[str, list[Capture]] = {}
+        self.uncaptured: dict[str, str] = {}  # test -> why its calls are not captured
         self.blobs: dict[str, Path] = {}  # digest -> spilled file
         self._digester: Digester | None = None  # made at the first capture
         self._module_paths: dict[str, str | None] = {}  # name -> path, None: not digested
@@ -122,7 +123,10 @@ class ModuleCapture:
         return repo_paths(self.root)
 
     def begin_test(self, nodeid: str) -> None:
-        self._test, self._seen, self._seen_calls, self._used = nodeid, {}, set(), 0
+        """An uncaptured test (`uncaptured`) runs with the wrapper passing every call
+        through: its lines all count as outside any capture, so pruning keeps it."""
+        self._test = None if nodeid in self.uncaptured else nodeid
+        self._seen, self._seen_calls, self._used = {}, set(), 0
         self._calls_of = {}
         self.captures[nodeid] = []
 

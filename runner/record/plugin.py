@@ -43,6 +43,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="bytes of module captures kept per test, over [tool.fastci] "
                          "capture_budget_mb: the App passes its trusted base's here, so the "
                          "tree under test cannot raise its own")
+    group.addoption("--fastci-uncaptured", metavar="FILE", default=None,
+                    help="tests to record without capture for pruning (JSON: {\"below\": "
+                         "seconds, \"tests\": [ids]}): the App's, from its store's "
+                         "durations; else the store recorded into says which took less "
+                         "than [tool.fastci] capture_min_seconds")
 
 
 def _megabytes(text: str) -> float:
@@ -189,6 +194,42 @@ class _Session:
         # Likewise torch: module calls are captured for pruning only in suites that use it.
         if self.recorder is not None and "torch" in sys.modules and self.settings.prune != "off":
             self.recorder.install_module_capture(self.capture_budget)
+            assert self.recorder.capture is not None
+            self.recorder.capture.uncaptured = self._uncaptured()
+
+    def _uncaptured(self) -> dict[str, str]:
+        """The collected tests recorded without capture, each with why: those whose last
+        run took less than capture_min_seconds (the App's list, or this store's durations).
+        A test with no duration on record is captured."""
+        given = self.config.getoption("fastci_uncaptured")
+        if given:
+            try:
+                data = json.loads(Path(given).read_text())
+                below, tests = float(data["below"]), [str(t) for t in data["tests"]]
+            except (OSError, ValueError, TypeError, KeyError) as exc:
+                raise pytest.UsageError(f"fastci: --fastci-uncaptured {given}: {exc}") from None
+        else:
+            below = self.settings.capture_min_seconds
+            tests = [t for t, took in self._last_durations().items() if took < below]
+        why = (f"its last run took under {below:g} s (capture_min_seconds), so pruning it "
+               "would save less than capturing its calls costs")
+        collected = set(self.collected)
+        return {t: why for t in tests if t in collected}
+
+    def _last_durations(self) -> dict[str, float]:
+        """The store's latest duration of each test; none where there is no store yet."""
+        from fastci.runner.store import StoreError, open_store, resolve_store  # noqa: PLC0415
+
+        if not self.settings.capture_min_seconds:
+            return {}
+        assert self.recorder is not None
+        location = resolve_store(self.config.getoption("fastci_store"), self.settings.store,
+                                 self.recorder.repo.root)
+        try:
+            with open_store(location, create=False) as store:
+                return store.durations()
+        except StoreError:
+            return {}  # the first recording: every test is captured
 
     def test_id(self, nodeid: str) -> str:
         return self._prefix + nodeid if self._prefix else nodeid
@@ -267,6 +308,7 @@ class _Session:
         stack = contextlib.ExitStack()
         capture = self.recorder.capture if self.recorder is not None else None
         if capture is None or not isinstance(item, pytest.Function) \
+                or self.test_id(item.nodeid) in capture.uncaptured \
                 or os.environ.get("FASTCI_CAPTURE_FUNCTIONS") == "0":
             return stack
         for namespace, filename in _binding_namespaces(item, str(self._root)):

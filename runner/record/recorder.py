@@ -615,8 +615,11 @@ class Recorder:
             entry = capture.to_json()
             entry["lines"] = lines_of([f"{nodeid}{CAPTURED}{capture.index}"])
             captures.append(entry)
-        return {"captures": captures, "outside": lines_of(test.contexts),
-                "inside": lines_of([nodeid + INSIDE]), "sys_path": self.capture.sys_path}
+        out = {"captures": captures, "outside": lines_of(test.contexts),
+               "inside": lines_of([nodeid + INSIDE]), "sys_path": self.capture.sys_path}
+        if nodeid in self.capture.uncaptured:
+            out["uncaptured"] = self.capture.uncaptured[nodeid]
+        return out
 
 
 @dataclass
