@@ -97,6 +97,28 @@ LIB = {
             print(f"x={x}")
             return x
     ''',
+    "lib/shapes.py": '''
+        class Grid:
+            def __init__(self, rows, cols=4):
+                self.rows = rows
+                self.cols = cols
+                self.cells = rows * cols
+
+            def area(self):
+                return self.cells
+    ''',
+    "tests/test_shapes.py": '''
+        from lib.shapes import Grid
+
+
+        def test_grid():
+            grid = Grid(3)
+            assert grid.cells == 12
+
+
+        def test_grid_area():
+            assert Grid(2).area() == 8
+    ''',
     "lib/vocab.py": '''
         def build_vocab(words):
             return {w: i for i, w in enumerate(sorted(words))}
@@ -239,8 +261,8 @@ def node(name: str, file: str = "test_sched") -> str:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    # 17: the registry's identity test passes too
-    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=17)
+    # 19: the registry's identity test passes too
+    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=19)
 
 
 @pytest.fixture
@@ -255,6 +277,9 @@ PRUNED = {
     # An object returned: compared whole, attribute by attribute.
     "a constructor": ("lib/sched.py", "self.hidden = 4 * dim", "self.hidden = dim * 4",
                       node("config")),
+    # A class the test file constructs: what its constructor built is compared whole.
+    "a class constructed": ("lib/shapes.py", "self.cells = rows * cols",
+                            "self.cells = cols * rows", node("grid", "test_shapes")),
     # A call a function-scoped fixture made (in conftest.py), with a set for argument.
     "a fixture's call": ("lib/vocab.py", "enumerate(sorted(words))",
                          "enumerate(sorted(list(words)))",
@@ -329,6 +354,15 @@ KEPT = {
     # The second call, of the same signature, ran the other branch and was not captured.
     "an uncaptured call": ("lib/sched.py", "    return -1", "    return -2", "sign",
                            "only in calls that were not captured"),
+    # A constructor's default changed: the object built is another.
+    "a constructed object": ("lib/shapes.py", "def __init__(self, rows, cols=4):",
+                             "def __init__(self, rows, cols=5):", node("grid", "test_shapes"),
+                             "Grid under the new code differs at out#"),
+    # A method run on the constructed object, after its capture: outside any.
+    "a method of a constructed object": ("lib/shapes.py", "return self.cells",
+                                         "return self.cells + 1",
+                                         node("grid_area", "test_shapes"),
+                                         "ran outside any captured call"),
 }
 
 

@@ -11,7 +11,9 @@ passes `fn` on (a callback, a registry) would hand out the wrapper. So a name is
 only when every use of it in the test file is a call (`lr_at(...)`); one use of any other
 kind (`is lr_at`, `apply(lr_at)`, `lr_at.__name__`) leaves the name alone, and its calls
 are not captured. Generator and coroutine functions are left alone too: their body runs
-after the call returns, outside what a replay of the call would see.
+after the call returns, outside what a replay of the call would see. A repository class the
+file only calls (`Trainer(cfg)`, never `isinstance(x, Trainer)`) is wrapped the same way: its
+construction is a call whose result the replay compares whole.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ class CallBindings:
         self.root = root
         self._call = call  # call(fn, args, kwargs): the capture
         self._names: dict[str, frozenset[str]] = {}
-        self._wrappers: dict[FunctionType, FunctionType] = {}
+        self._wrappers: dict[FunctionType | type, FunctionType] = {}
 
     @contextmanager
     def wrapped(self, namespace: dict | None, filename: str | None) -> Iterator[int]:
@@ -67,7 +69,7 @@ class CallBindings:
                 if namespace.get(name) is self._wrappers.get(fn):  # type: ignore[union-attr]
                     namespace[name] = fn  # type: ignore[index]
 
-    def _swap(self, namespace: dict, filename: str) -> dict[str, FunctionType]:
+    def _swap(self, namespace: dict, filename: str) -> dict[str, FunctionType | type]:
         names = self._names.get(filename)
         if names is None:
             try:
@@ -76,10 +78,12 @@ class CallBindings:
             except (OSError, UnicodeDecodeError):
                 names = frozenset()
             self._names[filename] = names
-        swapped = {}
+        swapped: dict[str, FunctionType | type] = {}
         for name in names:
             fn = namespace.get(name)
-            if type(fn) is not FunctionType or not self.capturable(fn):
+            if not isinstance(fn, (FunctionType, type)) or not self.capturable(fn):
+                continue
+            if type(fn) is not FunctionType and not _constructible(fn):
                 continue
             wrapper = self._wrappers.get(fn)
             if wrapper is None:
@@ -88,7 +92,7 @@ class CallBindings:
             swapped[name] = fn
         return swapped
 
-    def capturable(self, fn: FunctionType) -> bool:
+    def capturable(self, fn: FunctionType | type) -> bool:
         """A function of a repository module (not a test file or conftest.py) that a replay
         can find again by its module and name, and whose body runs inside the call."""
         if "<locals>" in fn.__qualname__:
@@ -110,8 +114,17 @@ class CallBindings:
         return target is fn  # pickled by reference: the replay must resolve the same name
 
 
-def _wrapper(fn: FunctionType, call: Callable[..., object]) -> FunctionType:
-    @functools.wraps(fn)
+def _constructible(obj: type) -> bool:
+    """A class whose construction is captured like a function's call (`Trainer(cfg)`): what
+    its constructor built is compared whole, so a change to construction code (a default, a
+    validation, a layer's set-up) can be proved not to change the object. Exceptions are
+    left alone: raising one is not what a replay compares."""
+    return not issubclass(obj, BaseException)
+
+
+def _wrapper(fn: FunctionType | type, call: Callable[..., object]) -> FunctionType:
+    # A class's own __dict__ (its methods) is not copied onto the wrapper.
+    @functools.wraps(fn, updated=() if isinstance(fn, type) else functools.WRAPPER_UPDATES)
     def captured(*args, **kwargs):
         return call(fn, args, kwargs)
 

@@ -61,6 +61,14 @@ def repo(tmp_path, monkeypatch):
 
         async def later():
             return 1
+
+        class Grid:
+            # a class: constructing it is a call
+            def __init__(self, rows):
+                self.rows = rows
+
+        class GridError(ValueError):
+            pass
     """))
     test_file = tmp_path / "test_lib_b.py"
     test_file.write_text("from lib_b import lr_at, steps, later\n\n"
@@ -99,3 +107,24 @@ def test_functions_outside_the_repository_or_not_found_by_name_are_not_captured(
     assert not bindings.capturable(os.path.join)  # the standard library
     renamed = types.FunctionType(lib_b.lr_at.__code__, lib_b.__dict__, "lr_at")
     assert not bindings.capturable(renamed)  # lib_b.lr_at is another object: not replayable
+
+
+def test_a_repository_class_is_wrapped_as_its_construction_but_an_exception_is_not(repo):
+    root, lib_b, test_file = repo
+    calls = []
+
+    def call(fn, args, kwargs):
+        calls.append(fn.__name__)
+        return fn(*args, **kwargs)
+
+    namespace = {"Grid": lib_b.Grid, "GridError": lib_b.GridError}
+    with open(test_file, "a") as f:
+        f.write("\ndef test_y():\n    assert Grid(2).rows == 2\n    raise GridError()\n")
+    bindings = CallBindings(os.path.realpath(root), call)
+    with bindings.wrapped(namespace, test_file) as count:
+        assert count == 1
+        grid = namespace["Grid"](2)
+        assert type(grid) is lib_b.Grid and grid.rows == 2  # the class's own instance
+        assert "__init__" not in vars(namespace["Grid"])  # the class's dict is not copied
+        assert namespace["GridError"] is lib_b.GridError
+    assert calls == ["Grid"] and namespace["Grid"] is lib_b.Grid
