@@ -101,19 +101,23 @@ def enqueue(ctx: Context, run: Run, function: str, request: dict, target_name: s
 
 
 def uncaptured(engine, known: set[str] | None = None) -> dict | None:
-    """What a recording shard captures nothing of (its `--fastci-uncaptured`): the tests
-    whose last run took less than the trusted base's capture_min_seconds, from the App's
-    store (a runner records into scratch, and so knows no durations). `known`: only these."""
-    below = engine.settings.capture_min_seconds
-    if not below:
+    """What a recording shard captures nothing of, and how long each other test may spend
+    capturing (its `--fastci-uncaptured`): by the trusted base's capture_min_seconds and
+    capture_share and the App's store, since a runner records into scratch and so knows no
+    durations. `known`: only these tests."""
+    below, share = engine.settings.capture_min_seconds, engine.settings.capture_share
+    if not (below or share):
         return None
     try:
         with engine.open_store(create=False) as store:
             durations = store.durations()
     except StoreError:
         return None  # no evidence yet: every test is captured
-    return {"below": below, "tests": sorted(t for t, took in durations.items()
-                                            if took < below and (known is None or t in known))}
+    if known is not None:
+        durations = {t: took for t, took in durations.items() if t in known}
+    return {"below": below, "tests": sorted(t for t, took in durations.items() if took < below),
+            "allowance": {t: share * took for t, took in sorted(durations.items())
+                          if share and took >= below}}
 
 
 def enqueue_shards(ctx: Context, run: Run, shards: list[list[Decision]], request: dict,

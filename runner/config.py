@@ -47,6 +47,10 @@ class Settings:
     """A test whose last run took less is recorded without capture: pruning it would save
     less runner time than capturing its calls costs on every recording, and its replays
     cost in each selection. A test with no duration on record is captured (0: capture all)."""
+    capture_share: float = 0.1
+    """At most this share of a test's last duration goes to capturing its calls while it is
+    recorded; past it, calls not captured yet run uncaptured (and keep the test selected
+    when a change reaches them). A test with no duration on record has no limit (0: none)."""
     ignore: tuple[str, ...] = ("*.md", "*.rst", "docs/*", "doc/*", "LICENSE*", "COPYING*",
                                "AUTHORS*", "CHANGELOG*", "NOTICE*")
     """Globs (on the repository path, or the file name) of non-Python files no test reads
@@ -85,8 +89,8 @@ class Settings:
 
 
 _TUPLES = {"dimensions", "blocking", "ignore", "exact"}
-_NUMBERS = {"failure_half_life", "capture_budget_mb", "capture_min_seconds", "retention_days",
-            "prune_budget"}
+_NUMBERS = {"failure_half_life", "capture_budget_mb", "capture_min_seconds", "capture_share",
+            "retention_days", "prune_budget"}
 PRUNE_MODES = ("exact", "tolerance", "off")
 RECORDERS = ("auto", "sysmon", "coverage")
 EXACT_RULES = ("import-time", "statements")

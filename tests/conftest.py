@@ -27,10 +27,11 @@ os.environ.setdefault("FASTCI_WARM_REPLAYS", "0")
 # can outlast the default budget and keep a test the assertion expects pruned. The budget's
 # own tests set one (tests/unit/test_budget.py, test_prune.py).
 os.environ.setdefault("FASTCI_PRUNE_BUDGET", "0")
-# Likewise the capture threshold: the toy repositories' tests take milliseconds, so a
-# second recording would capture none of them. Its own tests set one
+# Likewise the capture threshold and allowance: the toy repositories' tests take
+# milliseconds, so a second recording would capture none of them. Their own tests set them
 # (tests/test_capture_threshold.py).
 os.environ.setdefault("FASTCI_CAPTURE_MIN_SECONDS", "0")
+os.environ.setdefault("FASTCI_CAPTURE_SHARE", "0")
 # Every selection the tests make from a stored snapshot is also made by evaluating every
 # test, and must agree with the one its index made (`selection/crosscheck.py`).
 os.environ.setdefault("FASTCI_CHECK_INDEX", "1")

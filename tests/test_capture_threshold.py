@@ -28,13 +28,22 @@ FILES = {
 
             def forward(self, x):
                 return x * self.weight
+
+
+        class Shift(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.shift = nn.Parameter(torch.ones(4))
+
+            def forward(self, x):
+                return x + self.shift
     ''',
     "tests/test_scale.py": '''
         import time
 
         import torch
 
-        from net.layers import Scale
+        from net.layers import Scale, Shift
 
         X = torch.linspace(-1.0, 1.0, 8).reshape(2, 4)
         EXPECTED = X * torch.linspace(0.5, 1.5, 4)
@@ -47,6 +56,7 @@ FILES = {
         def test_slow():
             time.sleep(0.4)  # a training step's worth of runner time
             assert torch.equal(Scale()(X), EXPECTED)
+            assert torch.equal(Shift()(X), X + 1)
     ''',
 }
 FAST = "tests/test_scale.py::test_fast"
@@ -111,6 +121,25 @@ def test_a_change_that_breaks_the_slow_test_still_selects_it(net):
     assert failed.returncode == 1 and "2 failed" in failed.stdout, failed.stdout
 
 
+def test_capture_stops_once_a_share_of_the_test_s_last_duration_is_spent(net, monkeypatch):
+    """A test's captures may take capture_share of its last run; calls after that run
+    uncaptured, and a change they reach keeps the test, with the reason."""
+    monkeypatch.setenv("FASTCI_CAPTURE_SHARE", "0.00001")  # 4 µs of 0.4 s: one capture
+    net.record()
+    slow = _modules(net, SLOW)
+    assert len(slow["captures"]) == 1 and "capture_share" in slow["stopped"]
+    net.edit("net/layers.py", "return x + self.shift", "return self.shift + x")
+    tests = net.decisions()
+    assert tests[SLOW]["decision"] == "selected"
+    assert "capture stopped" in tests[SLOW]["not_pruned"], tests[SLOW]
+    # The same change with no allowance spent: the test's second module call was captured.
+    monkeypatch.setenv("FASTCI_CAPTURE_SHARE", "0")
+    net.git("stash", "-q")
+    net.record()
+    net.git("stash", "pop", "-q")
+    assert net.decisions()[SLOW]["decision"] == "skipped"
+
+
 def test_a_threshold_of_zero_captures_every_test(net, monkeypatch):
     monkeypatch.setenv("FASTCI_CAPTURE_MIN_SECONDS", "0")
     net.record()
@@ -127,7 +156,7 @@ def test_the_app_s_list_decides_on_a_runner_whose_scratch_store_knows_nothing(ne
     """A runner records into an empty scratch store: the selection side's list, from its
     own store, says which tests to record without capture."""
     listed = tmp_path / "uncaptured.json"
-    listed.write_text(json.dumps({"below": 0.25, "tests": [SLOW]}))
+    listed.write_text(json.dumps({"below": 0.25, "tests": [SLOW], "allowance": {FAST: 1.0}}))
     out = tmp_path / "recording.json"
     proc = _pytest(net.root, f"--fastci-store={tmp_path / 'scratch.db'}",
                    f"--fastci-out={out}", f"--fastci-uncaptured={listed}")
@@ -155,7 +184,10 @@ def test_the_app_lists_the_fast_tests_from_its_store(net, tmp_path, monkeypatch)
 
     assert uncaptured(Engine(net.root, tmp_path / "none.db")) is None  # no store yet
     listed = uncaptured(Engine(net.root))
-    assert listed == {"below": 0.2, "tests": [FAST]}
-    assert uncaptured(Engine(net.root), known={SLOW}) == {"below": 0.2, "tests": []}
+    assert listed == {"below": 0.2, "tests": [FAST], "allowance": {}}  # conftest: share 0
+    monkeypatch.setenv("FASTCI_CAPTURE_SHARE", "0.5")
+    listed = uncaptured(Engine(net.root), known={SLOW})
+    assert listed["tests"] == [] and 0.2 < listed["allowance"][SLOW] < 1.0  # half of ~0.4 s
     monkeypatch.setenv("FASTCI_CAPTURE_MIN_SECONDS", "0")
+    monkeypatch.setenv("FASTCI_CAPTURE_SHARE", "0")
     assert uncaptured(Engine(net.root)) is None

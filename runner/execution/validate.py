@@ -296,6 +296,8 @@ def _modules(raw, head_tree: Mapping[str, str], test_id: str) -> dict | None:
                         for p in _list(raw.get("sys_path", []), "sys_path", 64)]}
     if raw.get("uncaptured") is not None:  # why it captured nothing: pruning keeps the test
         out["uncaptured"] = _text(raw["uncaptured"], "why a test was not captured", 500)
+    if raw.get("stopped") is not None:  # why later calls were not: they keep it too
+        out["stopped"] = _text(raw["stopped"], "why capture stopped", 500)
     return out
 
 

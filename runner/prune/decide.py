@@ -110,7 +110,8 @@ def _needed_captures(blocks, modules: dict, inventories) -> tuple[str | None, se
             return {n for n in lines if fb.owner_of(n) == qualname}
 
         if mine(modules["outside"].get(path, ())):
-            return f"{path}::{qualname} ran outside any captured call", set()
+            stopped = f" ({modules['stopped']})" if modules.get("stopped") else ""
+            return f"{path}::{qualname} ran outside any captured call{stopped}", set()
         reached: set[int] = set()
         hit = False
         for capture in modules["captures"]:

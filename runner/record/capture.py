@@ -27,14 +27,17 @@ and objects as often as tensors.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
+import math
 import os
 import sys
 import tempfile
+import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -87,6 +90,9 @@ class ModuleCapture:
         self._environ = dict(getattr(recorder, "environ", os.environ))  # as the session began
         self.captures: dict[str, list[Capture]] = {}
         self.uncaptured: dict[str, str] = {}  # test -> why its calls are not captured
+        self.allowance: dict[str, float] = {}  # test -> seconds its captures may take
+        self.stopped: dict[str, str] = {}  # test -> why capture stopped partway
+        self._left = math.inf  # seconds of capture left to the running test
         self.blobs: dict[str, Path] = {}  # digest -> spilled file
         self._digester: Digester | None = None  # made at the first capture
         self._module_paths: dict[str, str | None] = {}  # name -> path, None: not digested
@@ -127,6 +133,7 @@ class ModuleCapture:
         through: its lines all count as outside any capture, so pruning keeps it."""
         self._test = None if nodeid in self.uncaptured else nodeid
         self._seen, self._seen_calls, self._used = {}, set(), 0
+        self._left = self.allowance.get(nodeid, math.inf)
         self._calls_of = {}
         self.captures[nodeid] = []
 
@@ -163,15 +170,38 @@ class ModuleCapture:
                 return original(module, *args, **kwargs)
             finally:
                 recorder.switch_derived(test, enclosing)
+        if self._spent_all(test):
+            return original(module, *args, **kwargs)
         self._seen[key] = weakref.ref(module)
         captures = self.captures[test]
         capture = Capture(index=len(captures), module=_qualname(type(module)),
                           env=self._session_environment())
         captures.append(capture)
-        with recorder.untraced():
+        with recorder.untraced(), self._timed():
             self._save_module_call(capture, module, args, kwargs)
         return self._run_captured(capture, enclosing,
                                   lambda: original(module, *args, **kwargs))
+
+    def _spent_all(self, test: str) -> bool:
+        """Whether the running test's capture allowance (`allowance`: a share of its last
+        duration) is spent: calls not captured yet then run uncaptured, so their lines
+        count as outside any capture, and keep the test when a change reaches them."""
+        if self._left > 0:
+            return False
+        if test not in self.stopped:
+            allowed = self.allowance.get(test, 0.0)
+            self.stopped[test] = (f"capture stopped once its calls had taken {allowed:.3g} s "
+                                  "to capture (capture_share of its last run)")
+        return True
+
+    @contextlib.contextmanager
+    def _timed(self) -> Iterator[None]:
+        """Time spent capturing counts against the running test's allowance."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._left -= time.perf_counter() - started
 
     def _inside_kept(self, enclosing: str) -> bool:
         """Whether `enclosing` is a kept module call's context, or a repeat of a captured
@@ -207,7 +237,7 @@ class ModuleCapture:
         finally:
             recorder.switch_derived(test, enclosing)
         if capture.digest is not None:
-            with recorder.untraced():
+            with recorder.untraced(), self._timed():
                 try:
                     from fastci.runner.prune.fingerprints import (  # noqa: PLC0415 (imports torch)
                         bounded_fingerprints,
@@ -236,7 +266,10 @@ class ModuleCapture:
             return fn(*args, **kwargs)
         if self._inside_kept(enclosing):
             return fn(*args, **kwargs)
-        with recorder.untraced():
+        may_capture = not self._spent_all(test)  # decided before the signature's cost
+        if id(fn) not in self._calls_of and not may_capture:
+            return fn(*args, **kwargs)  # no capture of it to repeat: not even a signature
+        with recorder.untraced(), self._timed():
             signature = _arguments_signature(args, kwargs)
         key = (id(fn), signature)
         if key in self._seen_calls:
@@ -248,7 +281,7 @@ class ModuleCapture:
             finally:
                 recorder.switch_derived(test, enclosing)
         calls = self._calls_of.get(id(fn), 0)
-        if signature is None or calls >= MAX_SIGNATURES:
+        if signature is None or calls >= MAX_SIGNATURES or not may_capture:
             # Unpicklable arguments, or a loop over many values (`lr_at(step)` per step):
             # run in the enclosing context, so what it runs counts as outside any capture.
             return fn(*args, **kwargs)
@@ -258,7 +291,7 @@ class ModuleCapture:
         capture = Capture(index=len(captures), module=f"{fn.__module__}.{fn.__qualname__}",
                           env=self._session_environment(), kind="function")
         captures.append(capture)
-        with recorder.untraced():
+        with recorder.untraced(), self._timed():
             from fastci.runner.prune.fingerprints import detached  # noqa: PLC0415 (imports torch)
 
             self._save(capture, {"function": fn, "args": detached(args),

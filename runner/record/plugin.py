@@ -44,10 +44,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "capture_budget_mb: the App passes its trusted base's here, so the "
                          "tree under test cannot raise its own")
     group.addoption("--fastci-uncaptured", metavar="FILE", default=None,
-                    help="tests to record without capture for pruning (JSON: {\"below\": "
-                         "seconds, \"tests\": [ids]}): the App's, from its store's "
-                         "durations; else the store recorded into says which took less "
-                         "than [tool.fastci] capture_min_seconds")
+                    help="tests to record without capture for pruning, and the others' "
+                         "capture allowance (JSON: {\"below\": seconds, \"tests\": [ids], "
+                         "\"allowance\": {id: seconds}}): the App's, from its store's "
+                         "durations; else the store recorded into says, by [tool.fastci] "
+                         "capture_min_seconds and capture_share")
 
 
 def _megabytes(text: str) -> float:
@@ -194,33 +195,40 @@ class _Session:
         # Likewise torch: module calls are captured for pruning only in suites that use it.
         if self.recorder is not None and "torch" in sys.modules and self.settings.prune != "off":
             self.recorder.install_module_capture(self.capture_budget)
-            assert self.recorder.capture is not None
-            self.recorder.capture.uncaptured = self._uncaptured()
+            capture = self.recorder.capture
+            assert capture is not None
+            capture.uncaptured, capture.allowance = self._capture_limits()
 
-    def _uncaptured(self) -> dict[str, str]:
-        """The collected tests recorded without capture, each with why: those whose last
-        run took less than capture_min_seconds (the App's list, or this store's durations).
-        A test with no duration on record is captured."""
+    def _capture_limits(self) -> tuple[dict[str, str], dict[str, float]]:
+        """The collected tests recorded without capture, each with why (their last run took
+        under capture_min_seconds), and the seconds of capture each other test with a known
+        duration may spend (capture_share of it): the App's file, or this store's
+        durations. A test with no duration on record is captured without limit."""
         given = self.config.getoption("fastci_uncaptured")
         if given:
             try:
                 data = json.loads(Path(given).read_text())
                 below, tests = float(data["below"]), [str(t) for t in data["tests"]]
-            except (OSError, ValueError, TypeError, KeyError) as exc:
+                allowance = {str(t): float(s) for t, s in data.get("allowance", {}).items()}
+            except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
                 raise pytest.UsageError(f"fastci: --fastci-uncaptured {given}: {exc}") from None
         else:
-            below = self.settings.capture_min_seconds
-            tests = [t for t, took in self._last_durations().items() if took < below]
+            below, share = self.settings.capture_min_seconds, self.settings.capture_share
+            durations = self._last_durations()
+            tests = [t for t, took in durations.items() if took < below]
+            allowance = {t: share * took for t, took in durations.items()
+                         if share and took >= below}
         why = (f"its last run took under {below:g} s (capture_min_seconds), so pruning it "
                "would save less than capturing its calls costs")
         collected = set(self.collected)
-        return {t: why for t in tests if t in collected}
+        return ({t: why for t in tests if t in collected},
+                {t: s for t, s in allowance.items() if t in collected})
 
     def _last_durations(self) -> dict[str, float]:
         """The store's latest duration of each test; none where there is no store yet."""
         from fastci.runner.store import StoreError, open_store, resolve_store  # noqa: PLC0415
 
-        if not self.settings.capture_min_seconds:
+        if not (self.settings.capture_min_seconds or self.settings.capture_share):
             return {}
         assert self.recorder is not None
         location = resolve_store(self.config.getoption("fastci_store"), self.settings.store,

@@ -619,6 +619,8 @@ class Recorder:
                "inside": lines_of([nodeid + INSIDE]), "sys_path": self.capture.sys_path}
         if nodeid in self.capture.uncaptured:
             out["uncaptured"] = self.capture.uncaptured[nodeid]
+        if nodeid in self.capture.stopped:
+            out["stopped"] = self.capture.stopped[nodeid]
         return out
 
 
