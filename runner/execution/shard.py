@@ -110,7 +110,8 @@ def run_shard(request: dict) -> dict:
     commit), sha, tests (ids in order), known (every id the plan may see), and optionally
     pytest_args, record_all, capture_budget_mb (the trusted base's, which overrides the
     commit's own configuration) and uncaptured (the tests whose calls are not captured for
-    pruning: {"below": seconds, "tests": ids}).
+    pruning, and the others' capture allowance: {"below": seconds, "tests": ids,
+    "allowance": {id: seconds}}).
 
     pytest runs in the sandbox (`sandbox.py`) and records into a scratch store in the job's
     folder, never the shared one; what it recorded comes back as JSON, which the selection

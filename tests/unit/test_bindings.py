@@ -80,14 +80,20 @@ def repo(tmp_path, monkeypatch):
     sys.modules.pop("lib_b", None)
 
 
-def test_wrapping_lasts_as_long_as_the_block_and_leaves_the_library_alone(repo):
-    root, lib_b, test_file = repo
-    calls = []
+def recording_calls():
+    """A capture stand-in that calls through and notes each callee's name."""
+    calls: list[str] = []
 
     def call(fn, args, kwargs):
         calls.append(fn.__name__)
         return fn(*args, **kwargs)
 
+    return calls, call
+
+
+def test_wrapping_lasts_as_long_as_the_block_and_leaves_the_library_alone(repo):
+    root, lib_b, test_file = repo
+    calls, call = recording_calls()
     namespace = {"lr_at": lib_b.lr_at, "steps": lib_b.steps, "later": lib_b.later}
     bindings = CallBindings(os.path.realpath(root), call)
     with bindings.wrapped(namespace, test_file) as count:
@@ -111,12 +117,7 @@ def test_functions_outside_the_repository_or_not_found_by_name_are_not_captured(
 
 def test_a_repository_class_is_wrapped_as_its_construction_but_an_exception_is_not(repo):
     root, lib_b, test_file = repo
-    calls = []
-
-    def call(fn, args, kwargs):
-        calls.append(fn.__name__)
-        return fn(*args, **kwargs)
-
+    calls, call = recording_calls()
     namespace = {"Grid": lib_b.Grid, "GridError": lib_b.GridError}
     with open(test_file, "a") as f:
         f.write("\ndef test_y():\n    assert Grid(2).rows == 2\n    raise GridError()\n")
