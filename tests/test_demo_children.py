@@ -68,11 +68,13 @@ def test_each_change_selects_exactly_the_tests_whose_processes_ran_it(tmp_path):
     # What the children left in their tests' evidence.
     backend = "nccl" if _gpus() >= 2 else "gloo"
     assert tests[DDP].ranks == (f"{backend}:2",)
-    assert "run_summary" in tests[DDP].child_blocks["tinyllm/train/distributed.py"]
+    assert "run_summary" in tests[DDP].blocks["tinyllm/train/distributed.py"]
     assert "read_metrics" in tests[DDP].blocks["tinyllm/train/metrics.py"]
-    assert "read_metrics" not in tests[DDP].child_blocks.get("tinyllm/train/metrics.py", ())
+    assert "main" in tests[COMMAND].blocks["tinyllm/train/__main__.py"]
+    # The ranks and the command captured their module calls (child_capture.py): what they
+    # ran may be pruned. The DataLoader's forked workers did not: theirs never is.
+    assert not tests[DDP].child_blocks and not tests[COMMAND].child_blocks
     assert "symbol_ratio" in tests[LOADER].child_blocks["tinyllm/data/filters.py"]
-    assert "main" in tests[COMMAND].child_blocks["tinyllm/train/__main__.py"]
     assert "tests/golden/tiny_weights.f32" in tests[WEIGHTS].files and tests[WEIGHTS].file_events
     kernels = {"tinyllm/kernels/cross_entropy.py::_ce_forward_kernel",
                "tinyllm/kernels/cross_entropy.py::_ce_backward_kernel"}

@@ -210,7 +210,8 @@ def _replay(path: str, root: str, timing: dict) -> tuple[dict, dict]:
     _check_state(saved.get("state"), root)
     settings = saved["settings"]
     _restore(saved)
-    with _observed() as observed, torch.set_grad_enabled(settings["grad"]):
+    with _call_environment(saved), _observed() as observed, \
+            torch.set_grad_enabled(settings["grad"]):
         out = module(*args, **kwargs)
     prints = {**observed, **fingerprints(out, "out"),
               **fingerprints(module.state_dict(), "state"),
@@ -266,6 +267,23 @@ def _restore(saved: dict) -> None:
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         numpy.random.seed(UPSTREAM_SEED % 2**32)
+
+
+@contextmanager
+def _call_environment(saved: dict):
+    """The variables the call saw that a replay process does not have of its own (a
+    launcher's rank and rendezvous in a child, `child_capture.py`), set around the call."""
+    environ = saved.get("environ") or {}
+    before = {k: os.environ.get(k) for k in environ}
+    os.environ.update(environ)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 @contextmanager
@@ -353,7 +371,7 @@ def _replay_function(saved: dict, root: str) -> tuple[dict, dict]:
     _check_state(saved.get("state"), root)
     _restore(saved)
     _watch_effects()
-    with _effects() as seen, _observed() as observed, \
+    with _call_environment(saved), _effects() as seen, _observed() as observed, \
             torch.set_grad_enabled(saved["settings"]["grad"]):
         out = fn(*args, **kwargs)
     if seen:
@@ -533,7 +551,7 @@ def _check_state(recorded: dict | None, root: str) -> None:
     digester = _digesters.setdefault(root, Digester(root))
     differ = [f"{name}.{key}" for name, (_path, names) in sorted(recorded.items())
               if name in sys.modules
-              for key in differing(names, digester.module(sys.modules[name]))]
+              for key in differing(names, _own_globals(digester, sys.modules[name], names))]
     if differ:
         raise RuntimeError(f"module state differs from what the test had at the call: "
                            f"{', '.join(differ[:3])}{' ...' if len(differ) > 3 else ''} (the "
@@ -541,6 +559,20 @@ def _check_state(recorded: dict | None, root: str) -> None:
 
 
 _digesters: dict[str, Digester] = {}
+
+
+def _own_globals(digester: Digester, module, recorded: dict[str, str]) -> dict[str, str]:
+    """The module's global digests here, less the names Triton's interpreter copied in from
+    its own namespace at an earlier replay's first launch, where the recording was made
+    before any (a child's first call): they are no state of the module's own, and a replay
+    process that launched a kernel before this call has them where the test had not."""
+    now = digester.module(module)
+    interpreter = sys.modules.get("triton.runtime.interpreter")
+    if interpreter is None:
+        return now
+    theirs, mine = vars(interpreter), vars(module)
+    return {k: v for k, v in now.items()
+            if k in recorded or k not in theirs or mine.get(k) is not theirs[k]}
 
 
 def _compare(kept: dict, before_path: str) -> dict:

@@ -75,11 +75,11 @@ class Capture:
 class ModuleCapture:
     """The session-wide `Module.__call__` wrapper; the recorder owns one."""
 
-    def __init__(self, recorder, budget: int = DEFAULT_BUDGET) -> None:
+    def __init__(self, recorder, budget: int = DEFAULT_BUDGET, spill: Path | None = None) -> None:
         self.recorder = recorder
         self.root = os.path.realpath(recorder.root)
         self.budget = budget
-        self.spill = Path(tempfile.mkdtemp(prefix="fastci-captures-"))
+        self.spill = spill or Path(tempfile.mkdtemp(prefix="fastci-captures-"))
         self._original: Callable[..., Any] | None = None
         self._repo_class: dict[type, bool] = {}
         self._test: str | None = None
@@ -97,6 +97,10 @@ class ModuleCapture:
         self._digester: Digester | None = None  # made at the first capture
         self._module_paths: dict[str, str | None] = {}  # name -> path, None: not digested
         self._torch: Any = None
+        # Variables set around each replayed call, not in the replay process's environment
+        # (a child's launcher variables, `child_capture.py`).
+        self.call_environ: dict[str, str] = {}
+        self._child_base: dict[str, str] | None = None
         self.bindings = CallBindings(self.root, self.call_function)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -136,6 +140,17 @@ class ModuleCapture:
         self._left = self.allowance.get(nodeid, math.inf)
         self._calls_of = {}
         self.captures[nodeid] = []
+
+    def child_request(self, nodeid: str) -> str | None:
+        """What the test's child processes are asked to capture (`child_capture.py`), or
+        None: the test is recorded without capture."""
+        from fastci.runner.record import child_capture  # noqa: PLC0415
+
+        if nodeid in self.uncaptured:
+            return None
+        if self._child_base is None:
+            self._child_base = child_capture.digests(self._environ)
+        return child_capture.request(self.budget, self.allowance.get(nodeid), self._child_base)
 
     def end_test(self) -> None:
         self._test = None
@@ -355,6 +370,7 @@ class ModuleCapture:
                              "default_dtype": str(torch.get_default_dtype()),
                              "deterministic": torch.are_deterministic_algorithms_enabled()},
                 "state": json.dumps(state, separators=(",", ":")),  # see replay._recorded_state
+                **({"environ": self.call_environ} if self.call_environ else {}),
             }, buffer)
         except Exception as exc:  # noqa: BLE001 - an unpicklable module is simply not kept
             capture.why = f"cannot be saved: {type(exc).__name__}: {str(exc)[:200]}"

@@ -77,6 +77,7 @@ class _State:
         self.saved = False  # finish has begun (it runs once)
         self.main_started = cov is not None  # the interpreter's start-up is over
         self.written = False  # ... and has ended
+        self.capture = None  # module calls captured for pruning (`child_capture.py`)
 
     def path(self, suffix: str) -> str:
         return os.path.join(tag_folder(self.folder, self.tag), self.name + suffix)
@@ -192,6 +193,7 @@ def _finish(state: _State, event: str) -> None:
 
         cov = getattr(process_startup, "coverage", None)
     lines: dict | None = None if state.main_started else {}  # ended in start-up: ran nothing
+    captured = None
     error = None if cov is not None or lines is not None else "coverage was not running"
     if cov is not None:
         try:
@@ -202,6 +204,10 @@ def _finish(state: _State, event: str) -> None:
             for filename in data.measured_files():
                 if filename.startswith(state.root):
                     lines[filename] = sorted(data.lines(filename) or ())
+            if state.capture is not None:
+                from fastci.runner.record import child_capture  # noqa: PLC0415
+
+                captured = child_capture.report(state.capture, data, state.root)
             if state.compiled:
                 if compiled.unseen():
                     lines, error = None, compiled.unseen()  # the parent falls back
@@ -217,7 +223,8 @@ def _finish(state: _State, event: str) -> None:
             "format": FORMAT, "event": event, "pid": state.pid, "ppid": state.ppid,
             "tag": state.tag, "argv": _argv(), "lines": lines, "files": sorted(state.files),
             "kernels": sorted(state.kernels), "ranks": state.ranks,
-            "spawned": state.spawned, "compiled": state.compiled, "error": error})
+            "spawned": state.spawned, "compiled": state.compiled, "error": error,
+            "capture": captured if lines is not None else None})
     except OSError:
         pass
     state.written = True
@@ -250,6 +257,35 @@ def _install_hooks() -> None:
     after_import("torch.distributed", lambda module: patch_init_process_group(module, _on_rank))
     after_import("multiprocessing.process", lambda module: nudge.install(module.BaseProcess))
     after_import("subprocess", lambda module: nudge.install_popen(module.Popen, _recorded))
+    after_import("torch", _start_capture)
+
+
+def _start_capture(module) -> None:  # noqa: ARG001
+    """The parent test asked its children to capture their module calls: start once torch is
+    here (`child_capture.py`)."""
+    state = _state
+    if state is None or state.pid != os.getpid() or state.capture is not None:
+        return
+    from fastci.runner.record import child_capture  # noqa: PLC0415
+
+    if not os.environ.get(child_capture.ENV):
+        return
+    from pathlib import Path  # noqa: PLC0415
+
+    state.capture = child_capture.start(Path(state.path(".blobs")), state.root, _coverage,
+                                        _untraced)
+
+
+def _coverage():
+    """The Coverage measuring this process, or None."""
+    state = _state
+    if state is None or state.pid != os.getpid():
+        return None
+    if state.cov is not None:
+        return state.cov
+    from coverage.control import process_startup  # noqa: PLC0415 (already imported)
+
+    return getattr(process_startup, "coverage", None)
 
 
 def _recorded(pid: int) -> bool:
@@ -310,6 +346,8 @@ def _after_fork() -> None:
     from coverage.control import Coverage  # noqa: PLC0415
 
     config = os.environ.get(CONFIG)
+    if state.capture is not None:  # the parent process's captures: not this fork's
+        state.capture._test = None
     inherited = state.cov or Coverage.current()
     with sigterm_held():
         if inherited is not None:
@@ -384,13 +422,7 @@ def _untraced():
     """No line tracing inside a Triton launch, as in the parent: the launch is the kernel's
     evidence, and under TRITON_INTERPRET=1 tracing the interpreter made a child's launches
     several times slower."""
-    state = _state
-    cov = None if state is None or state.pid != os.getpid() else state.cov
-    if cov is None and state is not None and state.pid == os.getpid():
-        from coverage.control import process_startup  # noqa: PLC0415 (already imported)
-
-        cov = getattr(process_startup, "coverage", None)
-    collector = getattr(cov, "_collector", None)
+    collector = getattr(_coverage(), "_collector", None)
     if collector is None:
         yield
         return

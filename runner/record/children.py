@@ -23,9 +23,9 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
-from fastci.runner.record import child, nudge
+from fastci.runner.record import child, child_capture, nudge
 
 GRACE_SECONDS = 2.0  # how long teardown waits for a child that is still writing its evidence
 
@@ -43,6 +43,9 @@ class ChildEvidence:
     ranks: list[dict] = field(default_factory=list)
     processes: list[str] = field(default_factory=list)  # "pid: argv" of each child merged
     compiled: bool = False  # a child entered torch.compile'd code (compiled.py)
+    captured: list[dict] = field(default_factory=list)
+    """Per child that captured its module calls (`child_capture.report`, blobs moved out of
+    the children's folder): its lines are there, split by call, and not in `lines`."""
 
 
 class Children:
@@ -59,6 +62,8 @@ class Children:
         self.evidence: dict[str, ChildEvidence] = {}
         self.failures: dict[str, list[str]] = {}
         self.ranks: dict[str, list[dict]] = defaultdict(list)  # in-process process groups
+        self.blobs = ""  # where the children's captures wait for the recording's end
+        self._config: Any = None  # coverage.py's CoverageConfig, serialized for each child
         self._environ: dict[str, str | None] = {}
         self._patched: list[tuple[object, str, object]] = []
 
@@ -76,13 +81,15 @@ class Children:
             disable_warnings=["no-data-collected", "module-not-measured",
                               "module-not-imported", "module-not-python", "include-ignored",
                               "couldnt-parse", "no-ctracer"])
-        if sys.version_info >= (3, 12):  # sys.monitoring: children need no dynamic contexts
+        if sys.version_info >= (3, 12):  # sys.monitoring, until a child must capture
             config.core = "sysmon"
+        self._config = config
         self.config = config.serialize()
         for key, value in ((child.CONFIG, self.config), (child.ENV_DIR, self.folder),
                            (child.ENV_ROOT, self.root), (child.ENV_TAG, self.tag)):
             self._environ[key] = os.environ.get(key)
             os.environ[key] = value
+        self._environ[child_capture.ENV] = os.environ.pop(child_capture.ENV, None)
         self._patch_multiprocessing()
         self._patched.extend(nudge.install_popen(
             subprocess.Popen, lambda pid: child.started_in(self.folder, pid)))
@@ -126,6 +133,22 @@ class Children:
             if _active is self:
                 os.environ[child.ENV_TAG] = tag
 
+    def capture_for(self, request: str | None) -> None:
+        """Children started from now on capture their module calls (`child_capture.py`) as
+        `request` says, or none. Capture needs coverage contexts, which coverage.py's
+        sys.monitoring core does not keep: a capturing child records on the C tracer."""
+        if _active is not self:
+            return
+        if request is None:
+            os.environ.pop(child_capture.ENV, None)
+            return
+        config = self._config
+        if config is not None and getattr(config, "core", None) == "sysmon":
+            config.core = "ctrace"
+            self.config = config.serialize()
+            os.environ[child.CONFIG] = self.config
+        os.environ[child_capture.ENV] = request
+
     def on_spawn(self) -> None:
         """The audit hook saw this process start a child able to run the repository's code."""
         self.spawned[self.tag] += 1
@@ -153,8 +176,12 @@ class Children:
             return
         merged = ChildEvidence()
         for report in reports:
-            for filename, ls in report["lines"].items():
-                merged.lines[filename].update(ls)
+            captured = report.get("capture")
+            if isinstance(captured, dict):
+                merged.captured.append(self._keep_blobs(captured))
+            else:
+                for filename, ls in report["lines"].items():
+                    merged.lines[filename].update(ls)
             merged.files.update(report.get("files", ()))
             merged.kernels.update(tuple(k) for k in report.get("kernels", ()))
             merged.ranks.extend(report.get("ranks", ()))
@@ -162,6 +189,20 @@ class Children:
             merged.compiled = merged.compiled or bool(report.get("compiled"))
         if reports:
             self.evidence[tag] = merged
+
+    def _keep_blobs(self, captured: dict) -> dict:
+        """Move a child's saved calls out of the children's folder (emptied at `stop`)."""
+        if not self.blobs:
+            self.blobs = tempfile.mkdtemp(prefix="fastci-child-captures-")
+        kept = {}
+        for digest, path in (captured.get("blobs") or {}).items():
+            target = os.path.join(self.blobs, os.path.basename(str(digest)))
+            try:
+                shutil.move(path, target)
+            except OSError:
+                continue  # the call is then missing from the store: its test stays selected
+            kept[digest] = target
+        return {**captured, "blobs": kept}
 
     def _wait_for_children(self, path: str, wait: float, tag: str | None) -> list[str]:
         """The children that started in `path`, once those still starting or still writing

@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import resource
+import shutil
 import sys
 import time
 from collections import defaultdict
@@ -41,7 +42,7 @@ from fastci.runner.analysis.environment import Environment, current, is_manifest
 from fastci.runner.evidence import DYNAMIC_ALL, SESSION, ImportCaller, Snapshot, TestRecord
 from fastci.runner.git import WORKTREE, Repo
 from fastci.runner.record import child, compiled, lines, tracing
-from fastci.runner.record.capture import CAPTURED, INSIDE, ModuleCapture
+from fastci.runner.record.capture import CAPTURED, INSIDE, Capture, ModuleCapture
 from fastci.runner.record.children import Children
 from fastci.runner.record.fileaccess import FileEvents
 from fastci.runner.record.import_calls import OUTSIDE, ImportCalls
@@ -326,11 +327,15 @@ class Recorder:
         self.push(nodeid)
         if self.capture is not None:
             self.capture.begin_test(nodeid)
+            if self.children is not None:
+                self.children.capture_for(self.capture.child_request(nodeid))
 
     def end_test(self, nodeid: str, outcome: str, duration: float, markers: tuple[str, ...],
                  dimension: str) -> None:
         if self.capture is not None:
             self.capture.end_test()
+            if self.children is not None:
+                self.children.capture_for(None)
         self.memo_hits[nodeid] = self.memo.end()
         self.pop()
         if self.children is not None:
@@ -361,6 +366,7 @@ class Recorder:
         session_files = self._session_files(shas)
         if self.capture is not None:
             store.save_captures(self.capture.blobs)
+        self._remove_spills()
         manifests = {p: (Path(self.root) / p).read_bytes() for p in self.tree
                      if is_manifest(p) and (Path(self.root) / p).is_file()}
         return Recording(
@@ -368,6 +374,13 @@ class Recorder:
             import_time=import_time, session_files=session_files,
             first_failure_at=self.first_failure_at, started_at=self.started_at,
             finished_at=time.time(), order=list(self.tests))
+
+    def _remove_spills(self) -> None:
+        """The captures' files, once the store holds them."""
+        for folder in (self.capture.spill if self.capture is not None else None,
+                       self.children.blobs if self.children is not None else None):
+            if folder:
+                shutil.rmtree(folder, ignore_errors=True)
 
     def abandon(self) -> None:
         """Stop recording and keep nothing: the controller of a pytest-xdist session runs no
@@ -472,6 +485,8 @@ class Recorder:
                 if rel in self.tree:
                     lines_by_context[tag][rel] |= ls
                     child_lines[tag][rel] |= ls
+            for captured in evidence.captured:
+                self._merge_child_captures(tag, captured, lines_by_context, child_lines)
             self.files[tag] |= {f for f in evidence.files if tracing.wants(f, self.root)}
             self.kernels[tag] |= {(os.path.relpath(f, self.root), q)
                                   for f, q in evidence.kernels}
@@ -597,6 +612,53 @@ class Recorder:
                 source = b""
             out["digest"] = inventory.doctest_digest(source, code["object"]) or ""
         return out
+
+    def _merge_child_captures(self, tag: str, captured: dict,
+                              lines_by_context: dict[str, dict[str, set[int]]],
+                              child_lines: dict[str, dict[str, set[int]]]) -> None:
+        """A child's captured calls join its test's own (`child_capture.py`): each call's
+        lines go to a capture context of the test, repeats' to its `|in`, the rest to the
+        test itself (outside any call), and its blobs to the test's captures. A child of
+        anything but a capturing test (a fixture's server) is plain child evidence: none of
+        its lines can be pruned."""
+        capture = self.capture
+        own = capture is not None and tag in capture.captures and tag not in capture.uncaptured
+
+        def add(context: str, files: dict, plain: bool) -> None:
+            for filename, ls in files.items():
+                rel = os.path.relpath(filename, self.root)
+                if rel in self.tree:
+                    lines_by_context[context][rel] |= set(ls)
+                    if plain:
+                        child_lines[tag][rel] |= set(ls)
+
+        if not own:
+            for files in (captured.get("outside", {}), captured.get("inside", {}),
+                          *(c.get("lines", {}) for c in captured.get("captures", ()))):
+                add(tag, files, plain=True)
+            return
+        assert capture is not None
+        add(tag, captured.get("outside", {}), plain=False)
+        if captured.get("inside"):
+            self._derived[tag].add(tag + INSIDE)
+            add(tag + INSIDE, captured["inside"], plain=False)
+        blobs = captured.get("blobs", {})
+        for entry in captured.get("captures", ()):
+            index = len(capture.captures[tag])
+            item = Capture(index=index, module=entry["module"], digest=entry.get("digest"),
+                           size=entry.get("size", 0), why=entry.get("why"),
+                           out=entry.get("out", {}), env=entry.get("env", {}),
+                           kind=entry.get("kind", "module"))
+            if item.digest is not None and item.digest not in blobs:
+                item.digest, item.why = None, "the child's saved call was lost"
+            if item.digest is not None:
+                capture.blobs.setdefault(item.digest, Path(blobs[item.digest]))
+            capture.captures[tag].append(item)
+            context = f"{tag}{CAPTURED}{index}"
+            self._derived[tag].add(context)
+            add(context, entry.get("lines", {}), plain=False)
+        if captured.get("stopped") and tag not in capture.stopped:
+            capture.stopped[tag] = f"in a child process, {captured['stopped']}"
 
     def _module_evidence(self, nodeid: str, test: _Test, lines_by_context) -> dict | None:
         """Which lines ran inside which captured module call, and which outside any."""

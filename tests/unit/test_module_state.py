@@ -96,3 +96,25 @@ def test_a_loggers_level_is_configuration_not_module_state():
     finally:
         logger.setLevel(logging.NOTSET)
     assert digester.module(module(log=logging.getLogger("pkg.other"))) != before
+
+
+def test_triton_interpreter_helpers_a_replay_process_gained_do_not_count(monkeypatch):
+    """Triton's interpreter copies its own namespace into a kernel's module at the first
+    launch. A call recorded before any launch (a child's first) replays in a process where an
+    earlier replay launched one: those names are no state of the module's own. A name the
+    module holds of its own, which the recording lacks, still counts (a test deleted it)."""
+    from fastci.runner.prune import replay
+
+    interpreter = types.ModuleType("triton.runtime.interpreter")
+    interpreter.GridExecutor = type("GridExecutor", (), {})
+    interpreter.LIMIT = 3
+    monkeypatch.setitem(__import__("sys").modules, "triton.runtime.interpreter", interpreter)
+    kernels = types.ModuleType("kernels")
+    kernels.SCALE = 2.0
+    digester = Digester("/nowhere")
+    recorded = digester.module(kernels)
+    kernels.GridExecutor = interpreter.GridExecutor  # what the interpreter copied in
+    kernels.LIMIT = 4  # the module's own value under a name the interpreter also has
+    kernels.EXTRA = 1  # the module's own, which the recording lacks
+    now = replay._own_globals(digester, kernels, recorded)
+    assert differing(recorded, now) == ["EXTRA", "LIMIT"]

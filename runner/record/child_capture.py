@@ -1,0 +1,156 @@
+"""Capture for pruning inside a child process of a recorded test (a torchrun rank, a training
+command the test runs as a user would).
+
+The parent test's capture request travels in `FASTCI_CHILD_CAPTURE` (the budget, the test's
+capture allowance, and digests of the session's environment). Once the child imports torch,
+its module calls are captured as the parent's are (`capture.ModuleCapture`), into blobs in
+the child's evidence folder. Which lines ran inside which captured call comes from coverage
+contexts: the child's coverage switches context around each captured call, as the parent's
+recorder does (which is why a capturing child's coverage runs on the C tracer: sys.monitoring
+in coverage.py keeps no dynamic contexts). The parent then merges each capture into its
+test's evidence like one of its own (`recorder._merge_children`), so a change that ran only
+inside captured calls of a child can be pruned by replaying them.
+
+The replay runs in a plain process, without the launcher's rendezvous: the variables a
+launcher sets per process (RANK, MASTER_PORT, ...) go into the saved call and are set around
+it, not into the replay process's environment, so every rank's calls replay in one process
+pair. A call that needs its process group fails to replay, and keeps its test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ENV = "FASTCI_CHILD_CAPTURE"
+TEST = "child"  # the child's one "test": every context of a capturing child starts with it
+
+# Set by launchers per process: the process group's rendezvous, never import-time settings
+# of the code (torchrun, torch.distributed.launch, mpirun's and SLURM's ranks).
+LAUNCHER = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+            "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR",
+            "MASTER_PORT", "TORCHELASTIC_", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+            "NCCL_ASYNC_ERROR_HANDLING", "OMPI_COMM_WORLD_", "SLURM_PROCID", "SLURM_LOCALID",
+            "OMP_NUM_THREADS")
+# The hand-over itself, and what names the recorded tree's folder: a replay sets its own
+# import path for the tree it replays.
+_NOT_ENVIRONMENT = ("PYTHONPATH", "PWD", "OLDPWD", "COVERAGE_", "FASTCI_", "_")
+
+
+def request(budget: int, allowance: float | None, base: dict[str, str]) -> str:
+    """The parent's request to its children, for one test (`base`: `digests` of the
+    session's environment as it started)."""
+    return json.dumps({"budget": budget, "allowance": allowance, "base": base})
+
+
+def digests(environ: dict[str, str]) -> dict[str, str]:
+    """Only digests of the session's values travel to the children (a secret among them is
+    not copied into another variable)."""
+    return {k: _digest(v) for k, v in environ.items()}
+
+
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+class ChildRecorder:
+    """What `ModuleCapture` needs of a recorder, over the child's coverage."""
+
+    def __init__(self, root: str, coverage, untraced) -> None:
+        self.root = os.path.realpath(root)
+        self.context = TEST
+        self.environ: dict[str, str] = {}
+        self.repository_modules: list = []
+        self._coverage = coverage  # () -> the Coverage measuring this process, or None
+        self.untraced = untraced
+        self._count = -1
+
+    def switch_derived(self, test: str, context: str) -> None:  # noqa: ARG002 (one test)
+        cov = self._coverage()
+        if cov is not None:
+            cov.switch_context(context)
+        self.context = context
+
+    def scan_modules(self) -> None:
+        """The repository's modules imported so far, but the program itself (`__main__`, and
+        aliases of it such as multiprocessing's `__mp_main__`): a replay process has its own."""
+        if len(sys.modules) == self._count:
+            return
+        self._count = len(sys.modules)
+        prefix = self.root + os.sep
+        found = []
+        for name, module in list(sys.modules.items()):
+            path = getattr(module, "__file__", None) if module is not None else None
+            if name != "__main__" and getattr(module, "__name__", None) == name \
+                    and isinstance(path, str) and "site-packages" not in path \
+                    and os.path.realpath(path).startswith(prefix):
+                found.append((name, module))
+        self.repository_modules = found
+
+
+def start(folder: Path, root: str, coverage, untraced):
+    """Capture this process's module calls, as its parent test asked (None: it did not)."""
+    try:
+        spec = json.loads(os.environ.get(ENV) or "null")
+    except ValueError:
+        return None
+    if not isinstance(spec, dict):
+        return None
+    from fastci.runner.record.capture import ModuleCapture  # noqa: PLC0415 (imports little)
+
+    recorder = ChildRecorder(root, coverage, untraced)
+    base = spec.get("base") or {}
+    changed = {k: v for k, v in os.environ.items()
+               if base.get(k) != _digest(v) and not k.startswith(_NOT_ENVIRONMENT)}
+    per_process = {k: v for k, v in changed.items() if k.startswith(LAUNCHER)}
+    # What the replay process needs set (`capture._session_environment`: the variables that
+    # differ from this baseline): the session's changes, without the launcher's.
+    group = {k for k in changed if k not in per_process}
+    recorder.environ = {k: v for k, v in os.environ.items() if k not in group}
+    folder.mkdir(parents=True, exist_ok=True)
+    capture = ModuleCapture(recorder, int(spec.get("budget") or 0) or 64 * 2**20, spill=folder)
+    capture.call_environ = {k: v for k, v in per_process.items()
+                            if not any(w in k.upper() for w in ("TOKEN", "SECRET", "PASSWORD",
+                                                                "KEY"))}
+    if spec.get("allowance") is not None:
+        capture.allowance[TEST] = float(spec["allowance"])
+    capture.install()
+    capture.begin_test(TEST)
+    recorder.switch_derived(TEST, TEST)
+    return capture
+
+
+def report(capture, data, root: str) -> dict:
+    """The capture section of the child's evidence: each call with the lines it ran, the
+    lines repeats of captured calls ran, and the lines outside any (absolute paths)."""
+    from fastci.runner.record.capture import CAPTURED, INSIDE  # noqa: PLC0415
+
+    by_context: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
+    for filename in data.measured_files():
+        if not filename.startswith(root):
+            continue
+        for lineno, contexts in data.contexts_by_lineno(filename).items():
+            for context in contexts:
+                by_context[context][filename].add(lineno)
+    captures, taken = [], set()
+    for item in capture.captures.get(TEST, ()):
+        context = f"{TEST}{CAPTURED}{item.index}"
+        taken.add(context)
+        captures.append({**item.to_json(), "lines": _plain(by_context.get(context, {}))})
+    taken.add(TEST + INSIDE)
+    outside: dict[str, set[int]] = defaultdict(set)
+    for context, files in by_context.items():
+        if context not in taken:
+            for filename, ls in files.items():
+                outside[filename] |= ls
+    return {"captures": captures, "inside": _plain(by_context.get(TEST + INSIDE, {})),
+            "outside": _plain(outside), "blobs": {d: str(p) for d, p in capture.blobs.items()},
+            "sys_path": capture.sys_path, "stopped": capture.stopped.get(TEST)}
+
+
+def _plain(files) -> dict[str, list[int]]:
+    return {f: sorted(ls) for f, ls in files.items()}

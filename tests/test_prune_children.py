@@ -1,0 +1,160 @@
+"""Pruning what ran in a child process: a test that runs the project's code as a user would
+(`python -m net.train`), or as a launcher's rank (RANK set per process), has the child's
+module calls captured, and a change that ran only inside them is pruned when their replay
+is bit-identical. Each rule is checked against the change that makes the test fail.
+
+One small project is recorded once; each test works on its own copy of the repository.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import Project
+
+NET = {
+    "net/__init__.py": "",
+    "net/layers.py": '''
+        import os
+
+        import torch
+        from torch import nn
+
+
+        class Scale(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.weight = nn.Parameter(torch.linspace(0.5, 1.5, dim))
+
+            def forward(self, x):
+                y = x * self.weight
+                return y + 1.0
+
+
+        class Ranked(nn.Module):
+            """Reads its launcher's rank as it runs: a replay must see the same one."""
+
+            def forward(self, x):
+                rank = int(os.environ.get("RANK", "0"))
+                return x + rank
+    ''',
+    "net/train.py": '''
+        import os
+        import sys
+
+        import torch
+
+        from net.layers import Ranked, Scale
+
+
+        def main(out):
+            torch.manual_seed(0)
+            model = Scale(4)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(3):
+                loss = model(torch.randn(8, 4)).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            shifted = Ranked()(torch.zeros(2))
+            with open(out, "w") as fh:
+                fh.write(f"{loss.item():.6f} {shifted.sum().item():.1f}\\n")
+
+
+        if __name__ == "__main__":
+            main(sys.argv[1])
+    ''',
+    "tests/test_train.py": '''
+        import os
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        import torch  # noqa: F401 (a suite that uses torch: its calls are captured)
+
+        ROOT = Path(__file__).resolve().parents[1]
+
+
+        def train(out, **env):
+            subprocess.run([sys.executable, "-m", "net.train", str(out)], cwd=ROOT, check=True,
+                           env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+            return out.read_text().split()
+
+
+        def test_training_command(tmp_path):
+            loss, shifted = train(tmp_path / "out.txt")
+            assert abs(float(loss) - 1.945150) < 1e-4, loss
+            assert shifted == "0.0"
+
+
+        def test_rank_one(tmp_path):
+            loss, shifted = train(tmp_path / "out.txt", RANK="1", MASTER_PORT="29511")
+            assert shifted == "2.0"
+    ''',
+}
+COMMAND = "tests/test_train.py::test_training_command"
+RANK_ONE = "tests/test_train.py::test_rank_one"
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", NET, passed=2)
+
+
+@pytest.fixture
+def net(recorded, tmp_path) -> Project:
+    return Project.copied(recorded, tmp_path / "repo")
+
+
+def outcome(project: Project, test_id: str) -> int:
+    """The test's exit status under the changed code, run without FastCI."""
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           test_id], cwd=project.root, capture_output=True, timeout=300
+                          ).returncode
+
+
+def test_a_change_that_ran_only_in_captured_child_calls_is_pruned(net):
+    net.edit("net/layers.py", "y = x * self.weight", "y = self.weight * x")
+    tests = net.decisions()
+    for test_id in (COMMAND, RANK_ONE):
+        assert tests[test_id]["decision"] == "skipped", tests[test_id]
+        assert any("Scale" in r and "bit-identical" in r for r in tests[test_id]["reasons"])
+    assert outcome(net, COMMAND) == 0
+
+
+def test_a_child_call_that_computes_otherwise_keeps_its_test(net):
+    net.edit("net/layers.py", "return y + 1.0", "return y + 1.5")
+    tests = net.decisions()
+    assert outcome(net, COMMAND) != 0  # the change breaks the test: it must run
+    for test_id in (COMMAND, RANK_ONE):
+        assert tests[test_id]["decision"] == "selected", tests[test_id]
+        assert "differs" in tests[test_id]["not_pruned"]
+
+
+def test_a_change_outside_any_child_call_keeps_its_test(net):
+    net.edit("net/train.py", "for _ in range(3):", "for _ in range(4):")
+    tests = net.decisions()
+    assert outcome(net, COMMAND) != 0
+    assert tests[COMMAND]["decision"] == "selected"
+    assert "outside any captured call" in tests[COMMAND]["not_pruned"]
+
+
+def test_a_rank_s_call_replays_with_that_rank(net):
+    """The launcher's variables travel with each call, not in the replay's environment: an
+    equivalent change to a call that reads RANK is pruned for rank 1 (its replay saw RANK=1,
+    or the old code's replay would not have reproduced 2.0) ..."""
+    net.edit("net/layers.py", "return x + rank", "return rank + x")
+    tests = net.decisions()
+    assert tests[RANK_ONE]["decision"] == "skipped", tests[RANK_ONE]
+
+
+def test_a_change_only_one_rank_sees_keeps_that_rank_s_test(net):
+    """... and a change that only rank 1 computes differently keeps rank 1's test."""
+    net.edit("net/layers.py", "return x + rank", "return x + rank * 2")
+    tests = net.decisions()
+    assert outcome(net, RANK_ONE) != 0
+    assert tests[RANK_ONE]["decision"] == "selected", tests[RANK_ONE]
+    assert "differs" in tests[RANK_ONE]["not_pruned"]
+    assert tests[COMMAND]["decision"] == "skipped", tests[COMMAND]  # rank 0: 0 * 2 == 0
