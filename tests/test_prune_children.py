@@ -158,3 +158,22 @@ def test_a_change_only_one_rank_sees_keeps_that_rank_s_test(net):
     assert tests[RANK_ONE]["decision"] == "selected", tests[RANK_ONE]
     assert "differs" in tests[RANK_ONE]["not_pruned"]
     assert tests[COMMAND]["decision"] == "skipped", tests[COMMAND]  # rank 0: 0 * 2 == 0
+
+
+def test_a_construction_the_child_program_makes_is_captured_and_pruned(net):
+    """`model = Scale(4)` in the program's own function is captured as a test file's call
+    is: a change to the constructor that builds the same module is pruned ..."""
+    net.edit("net/layers.py", "torch.linspace(0.5, 1.5, dim)",
+             "torch.linspace(0.5, 1.5, steps=dim)")
+    tests = net.decisions()
+    assert tests[COMMAND]["decision"] == "skipped", tests[COMMAND]
+    assert any("Scale" in r for r in tests[COMMAND]["reasons"])
+
+
+def test_a_construction_that_builds_otherwise_keeps_its_test(net):
+    """... and one that builds another keeps it."""
+    net.edit("net/layers.py", "torch.linspace(0.5, 1.5, dim)", "torch.linspace(0.5, 2.5, dim)")
+    tests = net.decisions()
+    assert outcome(net, COMMAND) != 0
+    assert tests[COMMAND]["decision"] == "selected", tests[COMMAND]
+    assert "differs" in tests[COMMAND]["not_pruned"]

@@ -35,17 +35,34 @@ def called_only(source: str) -> frozenset[str]:
     except (SyntaxError, ValueError):
         return frozenset()
     callees: set[int] = set()
+    annotations: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             callees.add(id(node.func))
+        # An annotation (`-> Trainer`) is no use at a call's time: evaluated as the file is
+        # defined, before any binding, or never (`from __future__ import annotations`).
+        for part in _annotations_of(node):
+            annotations.update(id(n) for n in ast.walk(part))
     called: set[str] = set()
     other: set[str] = set()
     for node in ast.walk(tree):
+        if id(node) in annotations:
+            continue
         if isinstance(node, ast.Name):
             (called if id(node) in callees else other).add(node.id)
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             other.update(node.names)
     return frozenset(called - other)
+
+
+def _annotations_of(node: ast.AST) -> list[ast.expr]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return [node.returns] if node.returns is not None else []
+    if isinstance(node, ast.arg):
+        return [node.annotation] if node.annotation is not None else []
+    if isinstance(node, ast.AnnAssign):
+        return [node.annotation]
+    return []
 
 
 class CallBindings:
@@ -68,6 +85,10 @@ class CallBindings:
             for name, fn in swapped.items():
                 if namespace.get(name) is self._wrappers.get(fn):  # type: ignore[union-attr]
                     namespace[name] = fn  # type: ignore[index]
+
+    def bind(self, namespace: dict, filename: str) -> int:
+        """Bind for good (a child's program, which ends with its process); how many."""
+        return len(self._swap(namespace, filename))
 
     def _swap(self, namespace: dict, filename: str) -> dict[str, FunctionType | type]:
         names = self._names.get(filename)
@@ -95,8 +116,8 @@ class CallBindings:
     def capturable(self, fn: FunctionType | type) -> bool:
         """A function of a repository module (not a test file or conftest.py) that a replay
         can find again by its module and name, and whose body runs inside the call."""
-        if "<locals>" in fn.__qualname__:
-            return False
+        if "<locals>" in fn.__qualname__ or fn.__module__ in ("__main__", "__mp_main__"):
+            return False  # a replay cannot find it again (its program is not the replay's)
         if inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn) \
                 or inspect.isasyncgenfunction(fn):
             return False

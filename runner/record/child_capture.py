@@ -86,7 +86,8 @@ class ChildRecorder:
         for name, module in list(sys.modules.items()):
             path = getattr(module, "__file__", None) if module is not None else None
             if name != "__main__" and getattr(module, "__name__", None) == name \
-                    and isinstance(path, str) and "site-packages" not in path \
+                    and isinstance(path, str) and os.path.isabs(path) \
+                    and "site-packages" not in path \
                     and os.path.realpath(path).startswith(prefix):
                 found.append((name, module))
         self.repository_modules = found
@@ -121,7 +122,40 @@ def start(folder: Path, root: str, coverage, untraced):
     capture.install()
     capture.begin_test(TEST)
     recorder.switch_derived(TEST, TEST)
+    if os.environ.get("FASTCI_CAPTURE_FUNCTIONS") != "0":
+        _bind_main_program(capture)
     return capture
+
+
+PROFILE_EVENTS = 500_000  # a program that never calls a function of its own: stop looking
+
+
+def _bind_main_program(capture) -> None:
+    """The program's own calls of repository functions and classes (`Trainer(cfg)`,
+    `load_config(path)`) are captured as a test file's are (`bindings.py`), through its
+    namespace. That namespace is complete when the program first calls a function of its
+    own (`main()`, at the end of the file), so a profile hook waits for that call, binds,
+    and removes itself; torch is imported by then, which is when this runs. Names bound
+    later are not wrapped: their calls run outside any capture, and keep their test."""
+    main = sys.modules.get("__main__")
+    filename = getattr(main, "__file__", None)
+    if not isinstance(filename, str):
+        return
+    real = os.path.realpath(filename)
+    if not real.startswith(capture.root + os.sep):
+        return  # a launcher or a library's program (torchrun's agent): nothing of the tree
+    names, seen = {filename, real}, [0]
+
+    def profile(frame, event, arg) -> None:  # noqa: ARG001
+        seen[0] += 1
+        if event == "call" and frame.f_code.co_filename in names \
+                and frame.f_code.co_name != "<module>":
+            sys.setprofile(None)
+            capture.bindings.bind(frame.f_globals, real)
+        elif seen[0] > PROFILE_EVENTS:
+            sys.setprofile(None)
+
+    sys.setprofile(profile)
 
 
 def report(capture, data, root: str) -> dict:

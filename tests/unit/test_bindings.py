@@ -27,6 +27,17 @@ def test_a_name_used_only_as_a_callee_is_wrapped():
     """) >= {"lr_at", "build"}
 
 
+def test_an_annotation_is_no_use_that_keeps_a_callee_unwrapped():
+    """A program's `def train(cfg) -> tuple[Trainer, list]` still calls `Trainer(cfg)`."""
+    assert names("""
+        from lib import Trainer
+
+        def train(cfg, t: Trainer | None = None) -> tuple[Trainer, int]:
+            made: Trainer = Trainer(cfg)
+            return made, 1
+    """) == {"Trainer"}
+
+
 @pytest.mark.parametrize("use", [
     "assert REGISTRY['lr'] is lr_at",  # identity
     "apply(lr_at)",  # handed on as a callback
