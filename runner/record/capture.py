@@ -101,6 +101,7 @@ class ModuleCapture:
         # (a child's launcher variables, `child_capture.py`).
         self.call_environ: dict[str, str] = {}
         self._child_base: dict[str, str] | None = None
+        self._outer: list[tuple] = []  # the running test's state, while a fixture sets up
         self.bindings = CallBindings(self.root, self.call_function)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -155,6 +156,23 @@ class ModuleCapture:
     def end_test(self) -> None:
         self._test = None
         self._seen, self._seen_calls = {}, set()
+
+    def begin_shared(self, context: str) -> None:
+        """A broader fixture's set-up (`fixture:session:...`), inside some test's: its calls
+        are captured for every test that uses the fixture (`recorder._module_evidence`), so
+        a configuration a session fixture loads is a call like one in each test's body. It
+        is set up once, so it has no allowance of its own; the byte budget holds."""
+        self._outer.append((self._test, self._seen, self._seen_calls, self._used, self._left,
+                            self._calls_of))
+        self._test = context
+        self._seen, self._seen_calls, self._used, self._left, self._calls_of = \
+            {}, set(), 0, math.inf, {}
+        self.captures.setdefault(context, [])
+
+    def end_shared(self) -> None:
+        if self._outer:
+            (self._test, self._seen, self._seen_calls, self._used, self._left,
+             self._calls_of) = self._outer.pop()
 
     # -- the wrapper -------------------------------------------------------------------------
     def _is_repo(self, cls: type) -> bool:

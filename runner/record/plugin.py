@@ -283,9 +283,26 @@ class _Session:
     def pytest_fixture_setup(self, fixturedef):
         if self.recorder is None or fixturedef.scope == "function":
             return (yield)
-        self.recorder.push(_fixture_context(fixturedef))
+        context = _fixture_context(fixturedef)
+        self.recorder.push(context)
+        capture = self.recorder.capture
         try:
-            return (yield)
+            if capture is None or os.environ.get("FASTCI_CAPTURE_FUNCTIONS") == "0":
+                return (yield)
+            # Its calls are captured for the tests that use it (`capture.begin_shared`),
+            # through the names its own file binds, as a function-scoped fixture's are.
+            func: Any = getattr(fixturedef, "func", None)
+            namespace = getattr(func, "__globals__", None)
+            filename = getattr(getattr(func, "__code__", None), "co_filename", None)
+            if not (isinstance(filename, str) and os.path.realpath(filename).startswith(
+                    os.path.realpath(str(self._root)) + os.sep)):
+                namespace = None  # a plugin's or a library's fixture: none of the tree's code
+            capture.begin_shared(context)
+            try:
+                with capture.bindings.wrapped(namespace, filename):
+                    return (yield)
+            finally:
+                capture.end_shared()
         finally:
             self.recorder.pop()
 

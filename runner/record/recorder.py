@@ -431,7 +431,7 @@ class Recorder:
         tests = {}
         for nodeid, test in self.tests.items():
             seen = self._seen_by(nodeid, test, lines_by_context)
-            contexts = [*test.contexts, *sorted(self._derived.get(nodeid, ()))]
+            contexts = self._contexts_of(nodeid, test)
             in_children: dict[str, set[int]] = defaultdict(set)
             for context in contexts:
                 for path, ls in child_lines.get(context, {}).items():
@@ -519,12 +519,22 @@ class Recorder:
                 for path, ls in ran.items():
                     lines_by_context[context][path] |= ls
 
+    def _contexts_of(self, nodeid: str, test: _Test) -> list[str]:
+        """Every context whose work is the test's: its own and the broader fixtures' it used
+        (`test.contexts`), and those each of them derived (captured calls, `|in`)."""
+        out = list(test.contexts)
+        for context in test.contexts:
+            out.extend(sorted(self._derived.get(context, ())))
+        if nodeid not in test.contexts:
+            out.extend(sorted(self._derived.get(nodeid, ())))
+        return out
+
     def _seen_by(self, nodeid: str, test: _Test,
                  lines_by_context: dict[str, dict[str, set[int]]]) -> _Seen:
         """What ran and was read in any of the test's contexts: its own, the shared
         fixtures it used, and those it derived (captured module calls)."""
         seen = _Seen()
-        for context in [*test.contexts, *sorted(self._derived.get(nodeid, ()))]:
+        for context in self._contexts_of(nodeid, test):
             seen.spawns |= self.spawns.get(context, set())
             for path, ls in lines_by_context.get(context, {}).items():
                 seen.lines[path] |= ls
@@ -570,7 +580,7 @@ class Recorder:
     def _memoized(self, nodeid: str, test: _Test) -> set[tuple[str, str]]:
         """Memoized functions whose cache answered the test, and cached properties it read."""
         out = set(self.memo_hits.get(nodeid, ()))
-        for context in [*test.contexts, *self._derived.get(nodeid, ())]:
+        for context in self._contexts_of(nodeid, test):
             for func in self.property_reads.get(context, ()):
                 code = getattr(func, "__code__", None)
                 where = self._owner(code) if code is not None else None
@@ -581,7 +591,7 @@ class Recorder:
     def _dynamic_reads(self, nodeid: str, test: _Test) -> dict[str, tuple[str, ...]]:
         """path -> names the test read by string. Reads while its test file was imported,
         or at session start (conftest files), count for it too: their values live on."""
-        contexts = [*test.contexts, *self._derived.get(nodeid, ()),
+        contexts = [*self._contexts_of(nodeid, test),
                     "collect:" + nodeid.split("::", 1)[0], SESSION_CONTEXT]
         out: dict[str, set[str]] = defaultdict(set)
         for context in contexts:
@@ -672,13 +682,18 @@ class Recorder:
                     merged[path] |= ls
             return {p: sorted(ls) for p, ls in merged.items()}
 
+        # The test's own calls, then those of the broader fixtures it used (made once, at
+        # their set-up): a change that ran only inside those replays like the test's own.
         captures = []
-        for capture in self.capture.captures[nodeid]:
-            entry = capture.to_json()
-            entry["lines"] = lines_of([f"{nodeid}{CAPTURED}{capture.index}"])
-            captures.append(entry)
+        for owner in test.contexts:
+            for capture in self.capture.captures.get(owner, ()):
+                entry = capture.to_json()
+                entry["index"] = len(captures)
+                entry["lines"] = lines_of([f"{owner}{CAPTURED}{capture.index}"])
+                captures.append(entry)
         out = {"captures": captures, "outside": lines_of(test.contexts),
-               "inside": lines_of([nodeid + INSIDE]), "sys_path": self.capture.sys_path}
+               "inside": lines_of([c + INSIDE for c in test.contexts]),
+               "sys_path": self.capture.sys_path}
         if nodeid in self.capture.uncaptured:
             out["uncaptured"] = self.capture.uncaptured[nodeid]
         if nodeid in self.capture.stopped:
