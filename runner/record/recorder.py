@@ -684,7 +684,7 @@ class Recorder:
 
         # The test's own calls, then those of the broader fixtures it used (made once, at
         # their set-up): a change that ran only inside those replays like the test's own.
-        captures = []
+        captures: list[dict] = []
         for owner in test.contexts:
             for capture in self.capture.captures.get(owner, ()):
                 entry = capture.to_json()
