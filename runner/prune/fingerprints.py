@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from pathlib import PurePath
 from typing import Any, Iterator
 
 import torch
@@ -20,6 +21,28 @@ from fastci.kernels.fingerprint import fingerprint, tensor_hash
 
 MAX_DEPTH = 6
 MAX_REPR = 120
+_CHECKOUT: tuple[str, ...] = ()  # the tree's root in this process, and its real path
+
+
+def set_checkout(*roots: str) -> None:
+    """Where the code under test lives in this process: strings and paths under it count as
+    relative to it, so a value that names a file of the tree (`base_dir` of a loaded
+    config) fingerprints alike in the test's checkout and in a replay's copy of the tree
+    (the evidence's code is replayed in a folder of its own; a replay also names the
+    recording's checkout, which a path the test passed still points into). Module state is
+    digested the same way (`state.py`)."""
+    global _CHECKOUT
+    import os  # noqa: PLC0415
+
+    found = {r.rstrip(os.sep) for r in roots if r} | {os.path.realpath(r) for r in roots if r}
+    _CHECKOUT = tuple(sorted((r for r in found if len(r) > 1), key=len, reverse=True))
+
+
+def _unrooted(text: str) -> str:
+    for root in _CHECKOUT:
+        if root in text:
+            text = text.replace(root, "<root>")
+    return text
 _PRIMITIVES = (int, float, bool, str, bytes, type(None), torch.dtype, torch.device, torch.Size)
 
 
@@ -70,10 +93,11 @@ def fingerprints(value: Any, prefix: str, summaries: bool = True) -> dict[str, d
         elif isinstance(leaf, float) and not math.isfinite(leaf):
             out[path] = {"repr": repr(leaf)}
         elif isinstance(leaf, (str, bytes)):
-            out[path] = {"repr": repr(leaf)[:MAX_REPR]}
+            out[path] = {"repr": _unrooted(repr(leaf))[:MAX_REPR]}
         else:
-            out[path] = {"repr": repr(leaf)[:MAX_REPR] if isinstance(leaf, _PRIMITIVES)
-                         or isinstance(leaf, (tuple, list, dict)) else str(leaf)[:MAX_REPR]}
+            out[path] = {"repr": _unrooted(repr(leaf) if isinstance(leaf, _PRIMITIVES)
+                                           or isinstance(leaf, (tuple, list, dict))
+                                           else str(leaf))[:MAX_REPR]}
     return out
 
 
@@ -93,6 +117,11 @@ def exact_digest(value: Any, values: bool = True) -> str:
 
     class _Pickler(pickle.Pickler):
         def persistent_id(self, obj):
+            if _CHECKOUT:  # a path under the tree, wherever the tree is
+                if type(obj) is str and any(r in obj for r in _CHECKOUT):
+                    return "str", _unrooted(obj)
+                if isinstance(obj, PurePath):  # (pickled as its parts: no part holds a root)
+                    return type(obj).__name__, _unrooted(str(obj))
             if type(obj) in (set, frozenset):  # (pickle calls no reducer_override for sets)
                 return type(obj).__name__, _in_order(obj)
             if isinstance(obj, torch.Tensor):

@@ -195,12 +195,14 @@ def _replay(path: str, root: str, timing: dict) -> tuple[dict, dict]:
 
     from fastci.runner.prune.fingerprints import (  # noqa: PLC0415
         fingerprints,
+        set_checkout,
         tensor_leaf,
         tensors,
     )
 
     loading = time.perf_counter()
     saved = torch.load(path, weights_only=False, map_location=None)
+    set_checkout(root, saved.get("root") or "")
     saved["state"] = _recorded_state(saved.get("state"))
     timing["load"] = time.perf_counter() - loading
     if "function" in saved:

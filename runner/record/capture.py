@@ -112,6 +112,9 @@ class ModuleCapture:
             return
         self._original = original = torch.nn.Module.__call__
         self._torch = torch
+        from fastci.runner.prune.fingerprints import set_checkout  # noqa: PLC0415 (imports torch)
+
+        set_checkout(str(self.recorder.root))
         capture = self
 
         def __call__(module, *args, **kwargs):
@@ -388,6 +391,7 @@ class ModuleCapture:
                              "default_dtype": str(torch.get_default_dtype()),
                              "deterministic": torch.are_deterministic_algorithms_enabled()},
                 "state": json.dumps(state, separators=(",", ":")),  # see replay._recorded_state
+                "root": str(self.recorder.root),  # paths under it compare as relative
                 **({"environ": self.call_environ} if self.call_environ else {}),
             }, buffer)
         except Exception as exc:  # noqa: BLE001 - an unpicklable module is simply not kept

@@ -41,3 +41,23 @@ def test_a_set_that_differs_gives_another_digest():
     assert exact_digest({"a", "b"}) != exact_digest({"a", "c"})
     assert exact_digest({"a", "b"}) != exact_digest(frozenset({"a", "b"}))
     assert exact_digest({1, 2}) != exact_digest([1, 2])
+
+
+def test_a_path_under_the_checkout_digests_alike_wherever_the_checkout_is(monkeypatch):
+    """A loaded config keeps `base_dir` (an absolute path): the evidence's code replayed in a
+    folder of its own must reproduce what the test computed in its checkout. A path outside
+    the checkout, or another file in it, still differs."""
+    from pathlib import Path
+
+    from fastci.runner.prune import fingerprints
+
+    monkeypatch.setattr(fingerprints, "_CHECKOUT", ())
+    fingerprints.set_checkout("/work/repo")
+    recorded = exact_digest({"base_dir": Path("/work/repo/configs"), "name": "/work/repo/a.yaml"})
+    fingerprints.set_checkout("/tmp/replay/old", "/work/repo")
+    assert exact_digest({"base_dir": Path("/tmp/replay/old/configs"),
+                         "name": "/tmp/replay/old/a.yaml"}) == recorded
+    assert exact_digest({"base_dir": Path("/tmp/replay/old/data"),
+                         "name": "/tmp/replay/old/a.yaml"}) != recorded
+    assert exact_digest({"base_dir": Path("/elsewhere/configs"),
+                         "name": "/tmp/replay/old/a.yaml"}) != recorded
