@@ -49,6 +49,7 @@ class Candidate:
     """digest -> the lines the test ran in that call (the old replay must run them all)."""
     env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     """digest -> environment variables the test session had set (TRITON_INTERPRET=1)."""
+    seconds: float = 0.0  # what pruning it saves: the test's expected duration
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,8 @@ def candidates(selection: Selection, snapshot, old_inventories
                              {d: c["out"] for d, c in caps.items()},
                              tuple(decision.prune_conditions),
                              {d: c.get("lines", {}) for d, c in caps.items()},
-                             {d: c.get("env", {}) for d, c in caps.items()}))
+                             {d: c.get("env", {}) for d, c in caps.items()},
+                             decision.expected_seconds))
     return out, kept
 
 
@@ -260,11 +262,18 @@ class _Replays:
                                     save=tensors if tolerance else None, settle=settle_old,
                                     budget=self.budget))
         if new_root:
-            new = ReplayItem(f"new-{tag}", Path(new_root), todo_new, sys_path, env=env,
-                             overrides=classes, compare=tensors if tolerance else None,
-                             settle=settle_new, budget=self.budget)
-            # a tolerance replay compares against the tensors the old one saved: after it
-            (second if tolerance else first).append(new)
+            # With every old replay cached (the base's, after the first change), the new
+            # tree's calls split over two processes, alternating in replay order: the
+            # second core would otherwise idle while the budget runs.
+            halves = [todo_new] if tolerance or todo_old or len(todo_new) < 2 else [
+                dict(list(todo_new.items())[i::2]) for i in (0, 1)]
+            for i, half in enumerate(halves):
+                new = ReplayItem(f"new-{tag}" + ("" if i == 0 else f"-{i}"), Path(new_root),
+                                 half, sys_path, env=env, overrides=classes if i == 0 else [],
+                                 compare=tensors if tolerance else None,
+                                 settle=settle_new, budget=self.budget)
+                # a tolerance replay compares against the tensors the old one saved: after
+                (second if tolerance else first).append(new)
         outputs = self.replayer.run(self.tmp, [s for s in (first, second) if s])
         for item in first + second:
             self._collect(item.name.split("-")[0], outputs.get(item.name) or item.failed(
@@ -291,7 +300,8 @@ class _Replays:
 
         settled.write_text("".join(f"{i}\n" for i in range(len(groups)) if contradicted(i)))
         old_order, new_order = settle.orders(todo_old, todo_new, groups,
-                                             budgeted=self.budget is not None)
+                                             budgeted=self.budget is not None,
+                                             seconds=[c.seconds for c in cands])
         return (SettlePlan(groups, settled), SettlePlan(groups, settled, recorded),
                 {d: todo_old[d] for d in old_order}, {d: todo_new[d] for d in new_order})
 

@@ -39,25 +39,32 @@ def unlike_recorded(prints: Mapping[str, dict], recorded: Mapping[str, dict]) ->
                         for k, v in prints.items() if k in recorded}, recorded)
 
 
-def order(digests: Iterable[str], groups: list[list[str]]) -> list[str]:
-    """The new tree's replay order: captures that more tests need first, so that a change
-    that alters them settles the most tests soonest."""
+def order(digests: Iterable[str], groups: list[list[str]],
+          seconds: list[float] | None = None) -> list[str]:
+    """The new tree's replay order: first the captures worth the most test time, each test's
+    seconds (`seconds`, per group; 1 each without) shared among the captures it needs, so
+    that a budget that runs out has spent itself where pruning saves the most; then those
+    more tests need, which a change that alters them settles soonest."""
     need: dict[str, int] = {}
-    for group in groups:
+    worth: dict[str, float] = {}
+    for i, group in enumerate(groups):
+        share = (seconds[i] if seconds is not None else 1.0) / max(1, len(group))
         for digest in group:
             need[digest] = need.get(digest, 0) + 1
-    return sorted(digests, key=lambda d: (-need.get(d, 0), d))
+            worth[digest] = worth.get(digest, 0.0) + share
+    return sorted(digests, key=lambda d: (-round(worth.get(d, 0.0), 6), -need.get(d, 0), d))
 
 
 def orders(todo_old: Iterable[str], todo_new: Iterable[str], groups: list[list[str]],
-           budgeted: bool) -> tuple[list[str], list[str]]:
+           budgeted: bool, seconds: list[float] | None = None
+           ) -> tuple[list[str], list[str]]:
     """The two trees' replay orders. Without a budget the evidence's tree runs from the
     other end: by the time it reaches what the new tree replays first, that has settled what
     it could. Under a budget both run in the same order: a call is decided only when both
     trees replayed it, and from opposite ends two processes cut off at the same time have
     few calls in common (on tinyllm's model changes, none of 43 `TinyLM` calls)."""
-    new = order(todo_new, groups)
-    ranked = order(todo_old, groups)
+    new = order(todo_new, groups, seconds)
+    ranked = order(todo_old, groups, seconds)
     return (ranked if budgeted else list(reversed(ranked))), new
 
 

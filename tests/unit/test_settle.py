@@ -131,3 +131,11 @@ def test_only_the_calls_that_failed_settle_and_only_from_the_new_tree(tmp_path):
     assert not settled.exists()  # everything replayed: the process noted what it settled
     settle_failures(new, output)
     assert settled.read_text().split() == ["1"]
+
+
+def test_under_a_budget_the_captures_worth_the_most_test_time_come_first():
+    """A 10 s training test's one call before the calls of three 0.01 s tests: a budget that
+    runs out after one replay has then pruned the most it could."""
+    groups = [["long"], ["a", "b"], ["a"], ["b"]]
+    assert order(["a", "b", "long"], groups, seconds=[10.0, 0.01, 0.01, 0.01])[0] == "long"
+    assert order(["a", "b", "long"], groups)[0] in ("a", "b")  # by count alone
