@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from fastci.runner.store import EvidenceStore
 
 MAX_MATERIALIZE = 256 * 2**20  # bytes of a tree written out for its replay
+SPLIT_AT = 8  # new-code calls from which two processes replay them
 
 
 @dataclass(frozen=True)
@@ -262,10 +263,11 @@ class _Replays:
                                     save=tensors if tolerance else None, settle=settle_old,
                                     budget=self.budget))
         if new_root:
-            # With every old replay cached (the base's, after the first change), the new
-            # tree's calls split over two processes, alternating in replay order: the
-            # second core would otherwise idle while the budget runs.
-            halves = [todo_new] if tolerance or todo_old or len(todo_new) < 2 else [
+            # With every old replay cached (the base's, after the first change), many new
+            # calls split over two processes, alternating in replay order: the second core
+            # would otherwise idle while the budget runs. A few calls are not worth the
+            # second process's start.
+            halves = [todo_new] if tolerance or todo_old or len(todo_new) < SPLIT_AT else [
                 dict(list(todo_new.items())[i::2]) for i in (0, 1)]
             for i, half in enumerate(halves):
                 new = ReplayItem(f"new-{tag}" + ("" if i == 0 else f"-{i}"), Path(new_root),
