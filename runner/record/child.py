@@ -13,7 +13,9 @@ test context, `FASTCI_CHILD_TAG`):
 - `<pid>-<nonce>.json` as it ends (normal exit, `os._exit`, SIGTERM): the lines it executed
   under the repository, the non-Python files it opened, the Triton kernels it launched, the
   torch.distributed groups it joined, how many Python children it started itself, and
-  whether it entered torch.compile'd code (with the lines dynamo traced, `compiled.py`).
+  whether it entered torch.compile'd code (with the lines dynamo traced, `compiled.py`);
+  and, when its test captures calls for pruning, the calls it captured once it imported
+  torch, with the lines each ran (`child_capture.py`; the saved calls beside it).
 
 The evidence file is written whole and renamed into place, so a child that crashes, is killed
 or hangs leaves a start marker without evidence: its parent test then keeps the

@@ -174,6 +174,8 @@ class Recorder:
         self._lines = None
         self.file_events = None  # the parent drains the kernel's events, not the child
         self.children = None
+        if self.capture is not None:  # the child captures on its own (`child_capture.py`)
+            self.capture.end_test()
 
     def _boundary(self, context: str) -> None:
         """Between contexts: credit the kernel's file events so far to the one that ends,
