@@ -51,6 +51,11 @@ class Settings:
     """At most this share of a test's last duration goes to capturing its calls while it is
     recorded; past it, calls not captured yet run uncaptured (and keep the test selected
     when a change reaches them). A test with no duration on record has no limit (0: none)."""
+    capture_children: str = "on"
+    """"on": a captured test's child processes (a torchrun rank, a training command run as a
+    user runs it) capture their calls too, so what they ran can be pruned; their coverage
+    then runs on the C tracer, which costs more than sys.monitoring on Python 3.12+. "off":
+    children only record lines, and what they ran is never pruned."""
     ignore: tuple[str, ...] = ("*.md", "*.rst", "docs/*", "doc/*", "LICENSE*", "COPYING*",
                                "AUTHORS*", "CHANGELOG*", "NOTICE*")
     """Globs (on the repository path, or the file name) of non-Python files no test reads
@@ -144,6 +149,8 @@ def _checked(name: str, value: object) -> str | float | tuple[str, ...]:
     if name == "prune" and value not in PRUNE_MODES:
         raise ConfigError(f"[tool.fastci] prune must be one of {', '.join(PRUNE_MODES)}, "
                           f"not {value!r}")
+    if name == "capture_children" and value not in ("on", "off"):
+        raise ConfigError(f"[tool.fastci] capture_children must be 'on' or 'off', not {value!r}")
     if name == "recorder" and value not in RECORDERS:
         raise ConfigError(f"[tool.fastci] recorder must be one of {', '.join(RECORDERS)}, "
                           f"not {value!r}")

@@ -40,6 +40,7 @@ def test_dimension_comes_from_the_first_dimension_marker(tmp_path):
     ("[tool.fastci]\nfailure_half_life = 'soon'\n", "failure_half_life must be a number"),
     ("[tool.fastci]\nstore = 1\n", "store must be a string"),
     ("[tool.fastci\n", "not valid TOML"),
+    ("[tool.fastci]\ncapture_children = 'sometimes'\n", "capture_children must be 'on' or 'off'"),
 ])
 def test_bad_settings_name_the_problem(tmp_path, text, message):
     with pytest.raises(ConfigError, match=re.escape(message)):

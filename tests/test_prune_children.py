@@ -177,3 +177,15 @@ def test_a_construction_that_builds_otherwise_keeps_its_test(net):
     assert outcome(net, COMMAND) != 0
     assert tests[COMMAND]["decision"] == "selected", tests[COMMAND]
     assert "differs" in tests[COMMAND]["not_pruned"]
+
+
+def test_with_capture_children_off_a_child_s_code_is_never_pruned(recorded, tmp_path):
+    """`capture_children = "off"`: children record lines only (on sys.monitoring where the
+    Python has it), and an equivalent change they ran keeps their test, unpruned."""
+    project = Project.copied(recorded, tmp_path / "repo")
+    project.fastci("record", "-q", "--", "-q", "-p", "no:cacheprovider",
+                   env={"FASTCI_CAPTURE_CHILDREN": "off"})
+    project.edit("net/layers.py", "y = x * self.weight", "y = self.weight * x")
+    tests = project.decisions()
+    assert tests[COMMAND]["decision"] == "selected", tests[COMMAND]
+    assert tests[COMMAND].get("not_pruned") is None  # no candidate: a child ran it

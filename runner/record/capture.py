@@ -102,6 +102,7 @@ class ModuleCapture:
         self.call_environ: dict[str, str] = {}
         self._child_base: dict[str, str] | None = None
         self._outer: list[tuple] = []  # the running test's state, while a fixture sets up
+        self.children = True  # do the test's child processes capture (`capture_children`)?
         self.bindings = CallBindings(self.root, self.call_function)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -150,7 +151,7 @@ class ModuleCapture:
         None: the test is recorded without capture."""
         from fastci.runner.record import child_capture  # noqa: PLC0415
 
-        if nodeid in self.uncaptured:
+        if nodeid in self.uncaptured or not self.children:
             return None
         if self._child_base is None:
             self._child_base = child_capture.digests(self._environ)

@@ -198,6 +198,7 @@ class _Session:
             capture = self.recorder.capture
             assert capture is not None
             capture.uncaptured, capture.allowance = self._capture_limits()
+            capture.children = self.settings.capture_children == "on"
 
     def _capture_limits(self) -> tuple[dict[str, str], dict[str, float]]:
         """The collected tests recorded without capture, each with why (their last run took
