@@ -101,6 +101,13 @@ class Project:
         out = self.fastci("select", "-q", "--format", "json", *args).stdout
         return json.loads(out)
 
+    def fails(self, test_id: str) -> bool:
+        """Does the test fail on the tree as it is now, run by plain pytest (no FastCI)? The
+        change a pruning test makes must break the test it keeps selected."""
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               test_id], cwd=self.root, capture_output=True, timeout=300
+                              ).returncode != 0
+
     def selected(self, *args: str) -> set[str]:
         return {t["id"] for t in self.select(*args)["tests"] if t["decision"] == "selected"}
 

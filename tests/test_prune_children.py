@@ -8,9 +8,6 @@ One small project is recorded once; each test works on its own copy of the repos
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 from conftest import Project
 
@@ -108,26 +105,19 @@ def net(recorded, tmp_path) -> Project:
     return Project.copied(recorded, tmp_path / "repo")
 
 
-def outcome(project: Project, test_id: str) -> int:
-    """The test's exit status under the changed code, run without FastCI."""
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           test_id], cwd=project.root, capture_output=True, timeout=300
-                          ).returncode
-
-
 def test_a_change_that_ran_only_in_captured_child_calls_is_pruned(net):
     net.edit("net/layers.py", "y = x * self.weight", "y = self.weight * x")
     tests = net.decisions()
     for test_id in (COMMAND, RANK_ONE):
         assert tests[test_id]["decision"] == "skipped", tests[test_id]
         assert any("Scale" in r and "bit-identical" in r for r in tests[test_id]["reasons"])
-    assert outcome(net, COMMAND) == 0
+    assert not net.fails(COMMAND)
 
 
 def test_a_child_call_that_computes_otherwise_keeps_its_test(net):
     net.edit("net/layers.py", "return y + 1.0", "return y + 1.5")
     tests = net.decisions()
-    assert outcome(net, COMMAND) != 0  # the change breaks the test: it must run
+    assert net.fails(COMMAND)  # the change breaks the test: it must run
     for test_id in (COMMAND, RANK_ONE):
         assert tests[test_id]["decision"] == "selected", tests[test_id]
         assert "differs" in tests[test_id]["not_pruned"]
@@ -136,7 +126,7 @@ def test_a_child_call_that_computes_otherwise_keeps_its_test(net):
 def test_a_change_outside_any_child_call_keeps_its_test(net):
     net.edit("net/train.py", "for _ in range(3):", "for _ in range(4):")
     tests = net.decisions()
-    assert outcome(net, COMMAND) != 0
+    assert net.fails(COMMAND)
     assert tests[COMMAND]["decision"] == "selected"
     assert "outside any captured call" in tests[COMMAND]["not_pruned"]
 
@@ -154,7 +144,7 @@ def test_a_change_only_one_rank_sees_keeps_that_rank_s_test(net):
     """... and a change that only rank 1 computes differently keeps rank 1's test."""
     net.edit("net/layers.py", "return x + rank", "return x + rank * 2")
     tests = net.decisions()
-    assert outcome(net, RANK_ONE) != 0
+    assert net.fails(RANK_ONE)
     assert tests[RANK_ONE]["decision"] == "selected", tests[RANK_ONE]
     assert "differs" in tests[RANK_ONE]["not_pruned"]
     assert tests[COMMAND]["decision"] == "skipped", tests[COMMAND]  # rank 0: 0 * 2 == 0
@@ -174,7 +164,7 @@ def test_a_construction_that_builds_otherwise_keeps_its_test(net):
     """... and one that builds another keeps it."""
     net.edit("net/layers.py", "torch.linspace(0.5, 1.5, dim)", "torch.linspace(0.5, 2.5, dim)")
     tests = net.decisions()
-    assert outcome(net, COMMAND) != 0
+    assert net.fails(COMMAND)
     assert tests[COMMAND]["decision"] == "selected", tests[COMMAND]
     assert "differs" in tests[COMMAND]["not_pruned"]
 

@@ -7,9 +7,6 @@ One small project is recorded once; each test works on its own copy of the repos
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 from conftest import Project
 
@@ -69,15 +66,9 @@ def project(recorded, tmp_path) -> Project:
     return Project.copied(recorded, tmp_path / "repo")
 
 
-def fails(project: Project, test_id: str) -> bool:
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           test_id], cwd=project.root, capture_output=True, timeout=300
-                          ).returncode != 0
-
-
 def test_what_a_session_fixture_ran_selects_every_test_that_used_it(project):
     project.edit("lib/config.py", "if cfg.width <= 0:", "if cfg.width <= 4:")
-    assert fails(project, WIDTH) and fails(project, DEPTH)
+    assert project.fails(WIDTH) and project.fails(DEPTH)
     tests = project.decisions("--no-prune")
     for test_id in (WIDTH, DEPTH):
         assert tests[test_id]["decision"] == "selected"
@@ -94,7 +85,7 @@ def test_an_equivalent_change_to_a_session_fixture_s_call_is_pruned(project):
 
 def test_a_session_fixture_s_call_that_returns_otherwise_keeps_its_tests(project):
     project.edit("lib/config.py", "    return cfg", "    return Config(cfg.width, cfg.depth + 1)")
-    assert fails(project, DEPTH)
+    assert project.fails(DEPTH)
     tests = project.decisions()
     for test_id in (WIDTH, DEPTH):  # test_width passes, but what it was given differs
         assert tests[test_id]["decision"] == "selected", tests[test_id]
