@@ -282,6 +282,49 @@ def test_each_context_sees_every_line_it_ran(tmp_path):
     assert body <= data["d"][here]
 
 
+def _paused_generator():
+    yield 1
+    resumed = 2  # runs after a late start
+    yield resumed
+
+
+def test_a_late_start_sees_the_rest_of_frames_already_running(tmp_path):
+    """A child starts splitting its lines once it imports torch, in the middle of its
+    program: the rest of the frames on every thread's stack, and of generators resumed
+    later, must still be noted (their code objects never fire PY_START again)."""
+    generator = _paused_generator()
+    next(generator)
+    go, done = threading.Event(), threading.Event()
+
+    def waiting():
+        go.wait()
+        done.set()  # runs after a late start, in a frame started before it
+
+    thread = threading.Thread(target=waiting)
+    thread.start()
+    lines = SysmonLines(str(ROOT))
+    lines.start(late=True)
+    try:
+        lines.switch("late")
+        after_start = 1
+        next(generator)
+        go.set()
+        thread.join()
+    finally:
+        lines.stop()
+    noted = lines.lines()["late"][str(Path(__file__).resolve())]
+    here = test_a_late_start_sees_the_rest_of_frames_already_running.__code__.co_firstlineno
+    source = Path(__file__).read_text().splitlines()
+
+    def line_of(text: str, after: int = 0) -> int:
+        return next(n for n, line in enumerate(source, 1) if n > after and text in line)
+
+    assert line_of("after_start = 1", here) in noted
+    assert line_of("resumed = 2  #") in noted
+    assert line_of("done.set()  #", here) in noted
+    assert after_start
+
+
 def test_stop_frees_the_tool_id():
     lines = SysmonLines(str(ROOT))
     lines.start()

@@ -275,7 +275,7 @@ def _start_capture(module) -> None:  # noqa: ARG001
     from pathlib import Path  # noqa: PLC0415
 
     state.capture = child_capture.start(Path(state.path(".blobs")), state.root, _coverage,
-                                        _untraced)
+                                        _coverage_paused)
 
 
 def _coverage():
@@ -349,7 +349,9 @@ def _after_fork() -> None:
 
     config = os.environ.get(CONFIG)
     if state.capture is not None:  # the parent process's captures: not this fork's
-        state.capture._test = None
+        state.capture.end_test()
+        if state.capture.recorder.lines is not None:
+            state.capture.recorder.lines.stop()
     inherited = state.cov or Coverage.current()
     with sigterm_held():
         if inherited is not None:
@@ -419,11 +421,17 @@ def _install_kernel_hook(module) -> None:  # noqa: ARG001
     tracing.KernelHook(on_launch, _untraced).install()
 
 
-@contextlib.contextmanager
 def _untraced():
     """No line tracing inside a Triton launch, as in the parent: the launch is the kernel's
     evidence, and under TRITON_INTERPRET=1 tracing the interpreter made a child's launches
-    several times slower."""
+    several times slower. A capturing child pauses its context recorder too."""
+    state = _state
+    capture = state.capture if state is not None and state.pid == os.getpid() else None
+    return capture.recorder.untraced() if capture is not None else _coverage_paused()
+
+
+@contextlib.contextmanager
+def _coverage_paused():
     collector = getattr(_coverage(), "_collector", None)
     if collector is None:
         yield

@@ -23,7 +23,7 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from fastci.runner.record import child, child_capture, nudge
 
@@ -63,7 +63,6 @@ class Children:
         self.failures: dict[str, list[str]] = {}
         self.ranks: dict[str, list[dict]] = defaultdict(list)  # in-process process groups
         self.blobs = ""  # where the children's captures wait for the recording's end
-        self._config: Any = None  # coverage.py's CoverageConfig, serialized for each child
         self._environ: dict[str, str | None] = {}
         self._patched: list[tuple[object, str, object]] = []
 
@@ -81,9 +80,8 @@ class Children:
             disable_warnings=["no-data-collected", "module-not-measured",
                               "module-not-imported", "module-not-python", "include-ignored",
                               "couldnt-parse", "no-ctracer"])
-        if sys.version_info >= (3, 12):  # sys.monitoring, until a child must capture
+        if sys.version_info >= (3, 12):  # sys.monitoring: each line seen once
             config.core = "sysmon"
-        self._config = config
         self.config = config.serialize()
         for key, value in ((child.CONFIG, self.config), (child.ENV_DIR, self.folder),
                            (child.ENV_ROOT, self.root), (child.ENV_TAG, self.tag)):
@@ -135,18 +133,14 @@ class Children:
 
     def capture_for(self, request: str | None) -> None:
         """Children started from now on capture their module calls (`child_capture.py`) as
-        `request` says, or none. Capture needs coverage contexts, which coverage.py's
-        sys.monitoring core does not keep: a capturing child records on the C tracer."""
+        `request` says, or none. Their coverage stays on the core it has: on sys.monitoring
+        the child splits its lines by call with a recorder of its own
+        (`child_capture.ChildRecorder`)."""
         if _active is not self:
             return
         if request is None:
             os.environ.pop(child_capture.ENV, None)
             return
-        config = self._config
-        if config is not None and getattr(config, "core", None) == "sysmon":
-            config.core = "ctrace"
-            self.config = config.serialize()
-            os.environ[child.CONFIG] = self.config
         os.environ[child_capture.ENV] = request
 
     def on_spawn(self) -> None:

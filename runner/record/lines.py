@@ -168,16 +168,29 @@ class SysmonLines:
         self._missed = False  # an event was disabled while paused: re-arm at resume
         self.switches = 0
 
-    def start(self) -> None:
+    def start(self, late: bool = False) -> None:
+        """`late`: the process has run for a while (a child that starts recording once it
+        imports torch). The repository's frames already running in any thread are armed
+        now, and a generator resumed later is armed at its first resume, as a new call is at
+        its start: none of their lines can go unnoted."""
         tool = _free_tool_id()
         if tool is None:
             raise RuntimeError("no free sys.monitoring tool id")
         monitoring.use_tool_id(tool, "fastci")
         self.tool = tool
         events = monitoring.events
+        starts = events.PY_START | (events.PY_RESUME if late else 0)
         monitoring.register_callback(tool, events.PY_START, self._py_start)
+        if late:
+            monitoring.register_callback(tool, events.PY_RESUME, self._py_start)
         monitoring.register_callback(tool, events.LINE, self._line)
-        monitoring.set_events(tool, events.PY_START)
+        monitoring.set_events(tool, starts)
+        if late:
+            for top in sys._current_frames().values():
+                frame: Any = top
+                while frame is not None:
+                    self._py_start(frame.f_code, 0)
+                    frame = frame.f_back
 
     def stop(self) -> None:
         tool = self.tool
@@ -193,6 +206,7 @@ class SysmonLines:
                 pass
         self._armed.clear()
         monitoring.register_callback(tool, events.PY_START, None)
+        monitoring.register_callback(tool, events.PY_RESUME, None)
         monitoring.register_callback(tool, events.LINE, None)
         monitoring.free_tool_id(tool)
 
