@@ -28,6 +28,7 @@ from fastci.runner.execution.carry import store_run
 from fastci.runner.execution.flaky import confirm, failed_ids
 from fastci.runner.execution.flaky import results as test_results
 from fastci.runner.git import END, WORKTREE, GitError, Repo
+from fastci.runner.prune.budget import WRAP_UP
 from fastci.runner.record.recorder import Recording, blob_sha, recording_from_json
 from fastci.runner.selection import crosscheck
 from fastci.runner.selection.plan import make_plan
@@ -167,7 +168,12 @@ class Engine:
             pruning = None
             if prune and snapshot is not None and self.settings.prune != "off" and \
                     any(d.prunable or d.prune_conditions for d in selection.selected):
-                pruning = self._prune(store, selection, snapshot, head, head_tree)
+                # On this machine the budget bounds the whole selection's wait, counted
+                # from its start (`budget.py`); a runner's replays count their own.
+                until = time.monotonic() - (time.perf_counter() - started) + \
+                    self.settings.prune_budget - WRAP_UP if self.settings.prune_budget > 0 \
+                    else None
+                pruning = self._prune(store, selection, snapshot, head, head_tree, until)
                 selection = pruning.selection
             return Planned(selection, snapshot, inputs, renames,
                            time.perf_counter() - started, pruning)
@@ -175,7 +181,8 @@ class Engine:
             if own_store:
                 store.close()
 
-    def _prune(self, store: EvidenceStore, selection, snapshot, head, head_tree):
+    def _prune(self, store: EvidenceStore, selection, snapshot, head, head_tree,
+               until: float | None = None):
         from fastci.runner.prune import decide as prune  # noqa: PLC0415 (only a plan that may prune pays for it)
 
         paths = {p for d in selection.selected for p, _ in d.prunable}
@@ -190,7 +197,8 @@ class Engine:
                  for t, m in found.items() if t in snapshot.tests}, snapshot.tests))
         outcome = prune.prune(self.repo, store, selection, snapshot, head, head_tree, old_inv,
                               mode=self.settings.prune, progress=self.progress,
-                              replayer=self.replayer, budget=self.settings.prune_budget)
+                              replayer=self.replayer, budget=self.settings.prune_budget,
+                              until=until)
         note: str | None
         if outcome.pruned:
             saved = sum(e["test_seconds"] for e in outcome.pruned.values())

@@ -6,8 +6,16 @@ keeps a developer waiting. So a replay request may carry a budget: seconds count
 replay process itself from when its start-up is done (a runner's clock need not agree with
 the selection side's, and importing torch is no replay work). Before each
 capture the process checks the time left; during one, an interval timer interrupts the call
-when the time runs out. A capture cut off or never started comes back as an error, and an
-error keeps every test that needs it selected: the budget only ever keeps more tests.
+when the time runs out.
+
+On the developer's machine the budget is also a deadline for the whole selection (`until`,
+a `time.monotonic()` value: one clock for every process of the machine), counted from the
+selection's start: start-up, a zygote still starting, and each process's repository imports
+count, since the developer waits for them too. A replay request carries it only when its
+paths are local (a runner's pack never does).
+
+A capture cut off or never started comes back as an error, and an error keeps every test
+that needs it selected: the budget only ever keeps more tests.
 
 The interruption is a BaseException, so replayed code that catches Exception does not see
 it; and a call during which the timer fired is reported as cut off whatever it returned,
@@ -25,6 +33,7 @@ from typing import Callable, TypeVar
 
 T = TypeVar("T")
 OUT_OF_TIME = "not replayed: pruning's time budget ran out"
+WRAP_UP = 0.1  # seconds a local selection needs after its last replay (results, the store)
 
 
 class OutOfTime(BaseException):  # noqa: N818 (a signal, not an error of the replayed code)

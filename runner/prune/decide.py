@@ -143,10 +143,13 @@ def _span(lines: set[int]) -> str:
 
 def prune(repo: Repo, store: EvidenceStore, selection: Selection, snapshot, head: str,
           head_tree, old_inventories, mode: str = "exact", progress=None,
-          replayer: Replayer | None = None, budget: float = 0.0) -> PruneOutcome:
+          replayer: Replayer | None = None, budget: float = 0.0,
+          until: float | None = None) -> PruneOutcome:
     """Prune what replays prove equivalent. `replayer`: where the replays run (by default
     child processes here; the App's runs them on a runner, in its sandbox). `budget`:
-    seconds each replay process may replay for after its start-up (0: no limit; `budget.py`)."""
+    seconds each replay process may replay for after its start-up (0: no limit; `budget.py`);
+    `until`: the `time.monotonic()` by which replays on this machine must be done, their
+    start-up included (a runner's replays have their budget only)."""
     started = time.perf_counter()
     progress = progress or (lambda _message: None)
     found, kept = candidates(selection, snapshot, old_inventories)
@@ -162,7 +165,7 @@ def prune(repo: Repo, store: EvidenceStore, selection: Selection, snapshot, head
     tolerance = mode == "tolerance"
     with tempfile.TemporaryDirectory(prefix="fastci-replay-") as tmp:
         replays = _Replays(repo, store, snapshot, head, head_tree, Path(tmp), mode,
-                           replayer or LocalReplayer(), limit)
+                           replayer or LocalReplayer(), limit, until)
         # FastCI's own variables (a child hand-over tagged per test, in older evidence) are
         # no environment of the code: they never reach a replay, nor split its groups.
         envs = {d: {k: v for k, v in cand.env.get(d, {}).items() if not k.startswith("FASTCI_")}
@@ -198,9 +201,11 @@ class _Replays:
     (capture, tree, mode): a capture replayed once under some code is never replayed again."""
 
     def __init__(self, repo, store: EvidenceStore, snapshot, head, head_tree, tmp: Path,
-                 mode: str, replayer: Replayer, budget: float | None = None) -> None:
+                 mode: str, replayer: Replayer, budget: float | None = None,
+                 until: float | None = None) -> None:
         self.repo, self.store, self.snapshot, self.replayer = repo, store, snapshot, replayer
         self.budget = budget  # seconds each replay process may replay for
+        self.until = until  # ... and the monotonic time by which local ones must be done
         self.head, self.head_tree, self.tmp, self.mode = head, head_tree, tmp, mode
         self.old: dict[str, dict] = {}
         self.new: dict[str, dict] = {}
@@ -261,7 +266,7 @@ class _Replays:
         if old_root:
             first.append(ReplayItem(f"old-{tag}", Path(old_root), todo_old, sys_path, env=env,
                                     save=tensors if tolerance else None, settle=settle_old,
-                                    budget=self.budget))
+                                    budget=self.budget, until=self.until))
         if new_root:
             # With every old replay cached (the base's, after the first change), many new
             # calls split over two processes, alternating in replay order: the second core
@@ -273,7 +278,7 @@ class _Replays:
                 new = ReplayItem(f"new-{tag}" + ("" if i == 0 else f"-{i}"), Path(new_root),
                                  half, sys_path, env=env, overrides=classes if i == 0 else [],
                                  compare=tensors if tolerance else None,
-                                 settle=settle_new, budget=self.budget)
+                                 settle=settle_new, budget=self.budget, until=self.until)
                 # a tolerance replay compares against the tensors the old one saved: after
                 (second if tolerance else first).append(new)
         outputs = self.replayer.run(self.tmp, [s for s in (first, second) if s])

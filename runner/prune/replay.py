@@ -124,9 +124,15 @@ def _start_up() -> None:
 
 
 def _budget(request: dict) -> float | None:
-    """The seconds this process may replay for (`budget.py`); None: no limit."""
+    """The seconds this process may replay for (`budget.py`), counted from now; None: no
+    limit. A local request's deadline (`until`, this machine's monotonic clock) bounds it."""
     seconds = request.get("budget")
-    return None if seconds is None else max(0.0, float(seconds))
+    budget = None if seconds is None else max(0.0, float(seconds))
+    until = request.get("until")
+    if isinstance(until, (int, float)) and not isinstance(until, bool):
+        left = max(0.0, float(until) - time.monotonic())
+        budget = left if budget is None else min(budget, left)
+    return budget
 
 
 def _resolved(request: dict, base: str) -> dict:

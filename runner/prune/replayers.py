@@ -23,6 +23,7 @@ import stat
 import subprocess
 import sys
 import tarfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,9 +31,12 @@ from typing import Protocol
 
 from fastci.runner.execution.shard import scrubbed_environment
 from fastci.runner.prune import zygote
+from fastci.runner.prune.budget import OUT_OF_TIME
 from fastci.runner.prune.settle import Settled
 
 REPLAY_TIMEOUT = 600
+COLD_START = 3.0  # seconds a fresh interpreter takes to import torch: below it, none starts
+GRACE = 0.5  # seconds past the deadline a local process gets to write what it replayed
 MAX_OUTPUT_BYTES = 64 * 2**20
 
 
@@ -62,6 +66,11 @@ class ReplayItem:
     # process notes the tests it settled, and (new tree only) what each test recorded
     settle: SettlePlan | None = None
     budget: float | None = None  # seconds it may replay for (`budget.py`); None: no limit
+    until: float | None = None  # local replays: time.monotonic() by which they end
+
+    def left(self) -> float | None:
+        """Seconds until `until`, or None without one."""
+        return None if self.until is None else self.until - time.monotonic()
 
     def request(self, out: Path, base: Path | None = None) -> dict:
         """The JSON `replay.py` reads (writing its results to `out`); with `base`, every
@@ -74,6 +83,8 @@ class ReplayItem:
         return {"root": at(self.root), "captures": {d: at(p) for d, p in self.captures.items()},
                 "overrides": [list(c) for c in self.overrides], "sys_path": self.sys_path,
                 "trace": self.trace, "env": self.env, "out": at(out), "budget": self.budget,
+                # the machine's clock: never in a pack for a runner (`base`)
+                "until": self.until if base is None else None,
                 "save_tensors": at(self.save), "compare_to": at(self.compare),
                 "settle": None if self.settle is None else {
                     "groups": self.settle.groups, "settled": at(self.settle.settled),
@@ -81,6 +92,10 @@ class ReplayItem:
 
     def failed(self, why: str) -> dict:
         return {"captures": {d: {"error": why} for d in self.captures}}
+
+    def out_of_time(self) -> dict:
+        """Nothing replayed: the deadline passed before a process could start replaying."""
+        return self.failed(f"{OUT_OF_TIME} (waiting for a replay process)")
 
 
 Steps = list[list[ReplayItem]]
@@ -117,7 +132,11 @@ class LocalReplayer:
         return outputs
 
     def _replay(self, scratch: Path, item: ReplayItem) -> dict:
-        output = _warm(scratch, item) if self.warm else _finish(item, *_start(scratch, item))
+        left = item.left()
+        if left is not None and left <= 0:
+            output = item.out_of_time()
+        else:
+            output = _warm(scratch, item) if self.warm else _finish(item, *_start(scratch, item))
         settle_failures(item, output)
         return output
 
@@ -139,11 +158,19 @@ def _warm(scratch: Path, item: ReplayItem) -> dict:
     # environment gets a zygote of its own.
     env = _environment(item)
     status = zygote.replay(zygote.socket_path(env), env, request_file, item.root, env, log,
-                           REPLAY_TIMEOUT)
-    if status is None:  # no zygote could serve it: a cold process
+                           REPLAY_TIMEOUT, within=_within(item))
+    if status is None:  # no zygote could serve it: a cold process, if there is time for one
+        left = item.left()
+        if left is not None and left < COLD_START:
+            return item.out_of_time()
         return _finish(item, *_start(scratch, item))
     text = log.read_text(errors="replace") if log.exists() else ""
     return read_output(item, status, text, out)
+
+
+def _within(item: ReplayItem) -> float | None:
+    left = item.left()
+    return None if left is None else max(0.0, left) + GRACE
 
 
 def _start(scratch: Path, item: ReplayItem) -> tuple[subprocess.Popen, Path]:
@@ -158,12 +185,15 @@ def _start(scratch: Path, item: ReplayItem) -> tuple[subprocess.Popen, Path]:
 
 
 def _finish(item: ReplayItem, proc: subprocess.Popen, out: Path) -> dict:
+    left = item.left()
+    timeout = REPLAY_TIMEOUT if left is None else max(0.0, left) + GRACE
     try:
-        output, _ = proc.communicate(timeout=REPLAY_TIMEOUT)
+        output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
-        return item.failed(f"the replay took over {REPLAY_TIMEOUT} s")
+        return item.failed(f"the replay took over {REPLAY_TIMEOUT} s") if left is None \
+            else item.out_of_time()
     return read_output(item, proc.returncode, output.decode(errors="replace"), out)
 
 

@@ -138,3 +138,16 @@ def test_a_replay_process_keeps_to_its_budget(tmp_path, budget, cls, cut):
         assert time.monotonic() - started < 25
     else:
         assert all(r["error"] is None and r["fingerprints"] for r in results.values())
+
+
+def test_a_local_deadline_bounds_the_budget_from_the_selection_start():
+    from fastci.runner.prune.replay import _budget  # noqa: PLC0415
+
+    now = time.monotonic()
+    assert _budget({"budget": 30.0}) == 30.0
+    assert _budget({"budget": None}) is None
+    assert 0.0 < _budget({"budget": 30.0, "until": now + 1.0}) <= 1.0  # the start-up spent
+    assert 0.0 < _budget({"budget": None, "until": now + 1.0}) <= 1.0
+    assert _budget({"budget": 30.0, "until": now - 5.0}) == 0.0  # nothing left: cut off
+    assert _budget({"budget": 0.5, "until": now + 60.0}) == 0.5
+    assert _budget({"budget": 0.5, "until": "soon"}) == 0.5  # not a clock value: ignored

@@ -189,3 +189,44 @@ def test_a_local_replay_that_fails_settles_its_tests_for_the_process_beside_it(t
     outputs = LocalReplayer(warm=False).run(scratch, [[new]])
     assert "error" in outputs["new-g0"]["captures"][DIGEST]
     assert settled.read_text().split() == ["0"]
+
+
+def test_a_local_deadline_travels_to_local_replays_only(tmp_path):
+    """`until` is this machine's monotonic clock: a runner's would not agree with it, so a
+    pack never carries it (its processes keep their own budget)."""
+    import time  # noqa: PLC0415
+
+    scratch = scratch_with_trees(tmp_path)
+    until = time.monotonic() + 5
+    item = ReplayItem("new-g0", scratch / "new", {DIGEST: scratch / "captures" / DIGEST},
+                      budget=2.0, until=until)
+    assert item.request(scratch / "out.json")["until"] == until
+    steps = pack(scratch, [[item]], tmp_path / "pack.tar.gz")
+    assert steps[0][0]["until"] is None and steps[0][0]["budget"] == 2.0
+    assert items_from(steps, scratch)[0][0].until is None
+
+
+def test_past_the_deadline_no_replay_process_starts(tmp_path, monkeypatch):
+    """A selection on the developer's machine waits no longer than its budget: once the
+    deadline has passed, or too little is left for a cold interpreter to import torch, the
+    items are cut off unreplayed (their tests stay selected), and nothing is started."""
+    import time  # noqa: PLC0415
+
+    from fastci.runner.prune import replayers  # noqa: PLC0415
+    from fastci.runner.prune.budget import cut_off  # noqa: PLC0415
+
+    def no_process(*args, **kwargs):
+        raise AssertionError("a replay process was started past the deadline")
+
+    monkeypatch.setattr(replayers, "_start", no_process)
+    monkeypatch.setattr(replayers.zygote, "replay", lambda *a, **k: None)  # none serves
+    scratch = scratch_with_trees(tmp_path)
+    captures = {DIGEST: scratch / "captures" / DIGEST}
+    late = ReplayItem("new-g0", scratch / "new", captures, until=time.monotonic() - 1)
+    short = ReplayItem("new-g1", scratch / "new", captures,
+                       until=time.monotonic() + replayers.COLD_START / 2)
+    for warm in (False, True):
+        out = LocalReplayer(warm=warm).run(scratch, [[late]])
+        assert cut_off(out["new-g0"]["captures"][DIGEST])
+    out = LocalReplayer(warm=True).run(scratch, [[short]])  # the zygote could not serve
+    assert cut_off(out["new-g1"]["captures"][DIGEST])
