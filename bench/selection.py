@@ -181,8 +181,10 @@ def main() -> None:
     # Twice, as on every push after a repository's first: the second recording knows each
     # test's duration, and captures nothing of those under capture_min_seconds.
     for _ in range(1 if args.first_recording else 2):
+        # As `fastci record` runs it: the recording ends by starting the replay zygote.
         subprocess.run(PYTEST + [f"--rootdir={ev_repo}", "--fastci-record"], cwd=ev_repo,
-                       check=True, capture_output=True)
+                       check=True, capture_output=True,
+                       env={**os.environ, "FASTCI_PREWARM": "1"})
     base = git(ev_repo, "rev-parse", "HEAD").strip()
     engine = Engine(ev_repo)
     settings = engine.settings

@@ -8,6 +8,7 @@ the head, carrying the skipped tests' evidence forward.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -400,8 +401,12 @@ class Engine:
         rootdir = [] if any(a.startswith("--rootdir") for a in args) else \
             [f"--rootdir={self.repo.root}"]
         command = [sys.executable, "-m", "pytest", *rootdir, *args]
+        # Replays run here (no runner's replayer): the recording starts the zygote the next
+        # selection will use as it ends (`plugin._prewarm`).
+        env = {**os.environ, "FASTCI_PREWARM": "1"} if self.replayer is None \
+            and self.settings.prune != "off" else None
         proc = subprocess.run(command, cwd=self.repo.root, stdout=stream, stderr=subprocess.STDOUT
-                              if stream is not None else None, check=False)
+                              if stream is not None else None, check=False, env=env)
         return proc.returncode
 
     def record(self, pytest_args: list[str]) -> int:

@@ -348,6 +348,23 @@ def warm(monkeypatch):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def test_a_recording_starts_the_zygotes_its_next_selection_uses(net, warm):
+    """`fastci record` ends by starting, in the background, a zygote per session
+    environment its captures hold: the next selection finds them (no other starts)."""
+    import time
+
+    net.record()
+    deadline = time.monotonic() + 120
+    while len(list(warm.glob("*/*.pid"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    pids = sorted(p.read_text() for p in warm.glob("*/*.pid"))
+    assert len(pids) == 2  # test_scale's replays set NET_MODE: two environments
+    net.edit("net/layers.py", "y = x * self.weight", "y = self.weight * x")
+    tests = decisions(net)
+    assert tests[SCALE]["decision"] == tests[STACK]["decision"] == "skipped"
+    assert sorted(p.read_text() for p in warm.glob("*/*.pid")) == pids
+
+
 def test_warm_replays_decide_what_cold_ones_do_and_reuse_their_zygotes(net, warm):
     from fastci.runner.prune import zygote
 

@@ -35,6 +35,7 @@ from fastci.runner.prune.budget import OUT_OF_TIME
 from fastci.runner.prune.settle import Settled
 
 REPLAY_TIMEOUT = 600
+PYTEST_SESSION = ("PYTEST_VERSION", "PYTEST_CURRENT_TEST", "PYTEST_XDIST_")
 COLD_START = 3.0  # seconds a fresh interpreter takes to import torch: below it, none starts
 GRACE = 0.5  # seconds past the deadline a local process gets to write what it replayed
 MAX_OUTPUT_BYTES = 64 * 2**20
@@ -142,10 +143,18 @@ class LocalReplayer:
 
 
 def _environment(item: ReplayItem | None = None) -> dict[str, str]:
+    return replay_environment(item.env if item else {})
+
+
+def replay_environment(session: dict[str, str], base: dict[str, str] | None = None
+                       ) -> dict[str, str]:
     """A replay's environment: no credentials (as test processes get none), no coverage
-    hand-over of an enclosing run, and the variables the test session had set."""
-    return {**{k: v for k, v in scrubbed_environment().items() if not k.startswith("COV_CORE")},
-            **(item.env if item else {}), "PYTHONDONTWRITEBYTECODE": "1"}
+    hand-over of an enclosing run, and the variables the test session had set. `base`: the
+    environment it starts from (this process's). What pytest sets for its own session (a
+    selection run from a test) is no replay's, and would key a zygote per test."""
+    return {**{k: v for k, v in scrubbed_environment(base).items()
+               if not k.startswith(("COV_CORE", *PYTEST_SESSION))},
+            **session, "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 def _warm(scratch: Path, item: ReplayItem) -> dict:

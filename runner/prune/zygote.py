@@ -65,14 +65,17 @@ def socket_path(environ: dict[str, str]) -> Path:
 
 # -- the client -------------------------------------------------------------------------
 def replay(socket_file: Path, environ: dict[str, str], request_file: Path, cwd: Path,
-           env: dict[str, str], log: Path, timeout: float) -> int | None:
+           env: dict[str, str], log: Path, timeout: float,
+           within: float | None = None) -> int | None:
     """Run one replay in a child of the zygote: its exit status, or None when no zygote
-    could serve it (the caller then starts a cold process)."""
-    conn = _connect(socket_file) or _start(socket_file, environ)
+    could serve it (the caller then starts a cold process). `within`: the seconds the
+    caller may wait for it all (a zygote still starting goes on starting, for the next)."""
+    wait = START_TIMEOUT if within is None else max(0.0, min(within, START_TIMEOUT))
+    conn = _connect(socket_file) or _start(socket_file, environ, wait)
     if conn is None:
         return None
     with conn:
-        conn.settimeout(timeout)
+        conn.settimeout(timeout if within is None else max(0.1, min(timeout, within)))
         try:
             _send(conn, {"request": str(request_file), "cwd": str(cwd), "env": env,
                          "log": str(log), "timeout": int(timeout)})
@@ -81,6 +84,19 @@ def replay(socket_file: Path, environ: dict[str, str], request_file: Path, cwd: 
             return None
     status = answer.get("status") if isinstance(answer, dict) else None
     return status if isinstance(status, int) else None
+
+
+def prestart(environ: dict[str, str]) -> bool:
+    """Start the zygote for `environ` and return at once, before it serves (a recording
+    that ends starts the one its next selection will use): True if one was started."""
+    path = socket_path(environ)
+    conn = _connect(path)
+    if conn is None:
+        conn = _start(path, environ, wait=0.0)
+        if conn is None:
+            return path.parent.is_dir()
+    conn.close()
+    return False
 
 
 def warmed(socket_file: Path) -> list[str] | None:
@@ -110,7 +126,8 @@ def _connect(path: Path) -> socket.socket | None:
         return None
 
 
-def _start(path: Path, environ: dict[str, str]) -> socket.socket | None:
+def _start(path: Path, environ: dict[str, str], wait: float = START_TIMEOUT
+           ) -> socket.socket | None:
     folder = path.parent
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     info = folder.stat()
@@ -121,7 +138,7 @@ def _start(path: Path, environ: dict[str, str]) -> socket.socket | None:
     proc = subprocess.Popen([sys.executable, "-m", "fastci.runner.prune.zygote", str(path)],
                             env=environ, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True, cwd=folder)
-    deadline = time.monotonic() + START_TIMEOUT
+    deadline = time.monotonic() + wait
     while time.monotonic() < deadline and proc.poll() in (None, RACE_LOST):
         conn = _connect(path)
         if conn is not None:
@@ -170,6 +187,12 @@ def serve(path: Path) -> None:
     from fastci.runner.prune import fingerprints, replay  # noqa: F401, PLC0415
     from fastci.runner.record import lines  # noqa: F401, PLC0415 (the replays' recorder)
 
+    learned: queue.Queue[list[str]] = queue.Queue()
+    warm: set[str] = set()
+    known = path.with_suffix(".learned")  # what the zygotes before this one learned
+    learned.put(_read_learned(known))
+    _import_learned(learned, warm)
+
     path.unlink(missing_ok=True)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(path))
@@ -179,12 +202,11 @@ def serve(path: Path) -> None:
     server.settimeout(1.0)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # so `finally` removes the socket
     running: dict[int, float] = {}
-    learned: queue.Queue[list[str]] = queue.Queue()
-    warm: set[str] = set()
     last = time.monotonic()
     try:
         while running or time.monotonic() - last < idle:
-            _import_learned(learned, warm)  # here, between forks, on the main thread
+            if _import_learned(learned, warm):  # here, between forks, on the main thread
+                _write_learned(known, warm)
             try:
                 conn, _ = server.accept()
             except TimeoutError:
@@ -329,16 +351,36 @@ def _parse_report(data: bytes) -> list[str]:
     return [n for n in names if _MODULE_NAME.fullmatch(n)]
 
 
-def _import_learned(learned: queue.Queue, warm: set[str]) -> None:
+def _read_learned(path: Path) -> list[str]:
+    """The modules an earlier zygote of this key learned: a fresh one (after its idle exit,
+    or started ahead of the first selection) imports them before it serves."""
+    try:
+        return _parse_report(path.read_bytes()[:MAX_REQUEST + 1])
+    except OSError:
+        return []
+
+
+def _write_learned(path: Path, warm: set[str]) -> None:
+    tmp = path.with_suffix(f".learned.{os.getpid()}")
+    try:
+        tmp.write_text("\n".join(sorted(warm)[:MAX_LEARNED]))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # an optimisation, never a failure
+
+
+def _import_learned(learned: queue.Queue, warm: set[str]) -> bool:
     """Import, in the zygote, what its children reported, parents first. A module that
-    fails to import is remembered too, and never tried again."""
+    fails to import is remembered too, and never tried again. True when it learned any."""
+    grew = False
     while True:
         try:
             names = learned.get_nowait()
         except queue.Empty:
-            return
+            return grew
         for name in sorted(set(names) - warm, key=lambda n: (n.count("."), n)):
             warm.add(name)
+            grew = True
             if name in sys.modules:
                 continue
             try:

@@ -398,6 +398,8 @@ class _Session:
 
                     summary = store_recording(store, self.recorder.repo, recording)
                     self._summary = summary
+            if self.write_to is None:
+                _prewarm(self.recorder.capture)
         except StoreError as exc:
             self._tell_controller(exc)
             raise pytest.UsageError(f"fastci: {exc}") from None
@@ -536,3 +538,33 @@ def _failure(report, root: Path) -> dict:
             pass  # outside the repository (a library frame): keep it as pytest said
         where.update(path=path, line=crash.lineno, message=crash.message[:2000])
     return where
+
+
+PREWARM = "FASTCI_PREWARM"  # set by the CLI for its recordings (`Engine`)
+
+
+def _prewarm(capture) -> None:
+    """A recording the CLI ran on the developer's machine starts, as it ends, the replay
+    zygotes its next selection will use (`prune/zygote.py`), one per session environment
+    its captures hold (at most two), so the first selection after it does not wait for
+    torch's import. The zygote's key is the selecting process's environment: this session's
+    as it began, less what the CLI set for it (and what pytest sets, which no replay has).
+    A guess that misses costs an idle zygote (it exits after FASTCI_ZYGOTE_IDLE seconds),
+    never a replay."""
+    if os.environ.get(PREWARM) != "1" or capture is None \
+            or os.environ.get("FASTCI_WARM_REPLAYS", "1") == "0":
+        return
+    sessions = {json.dumps(sorted((k, v) for k, v in c.env.items()
+                                  if not k.startswith("FASTCI_")))
+                for calls in capture.captures.values() for c in calls}
+    if not sessions:
+        return
+    try:
+        from fastci.runner.prune import zygote  # noqa: PLC0415 (only a recording's end)
+        from fastci.runner.prune.replayers import replay_environment  # noqa: PLC0415
+
+        base = {k: v for k, v in capture._environ.items() if k != PREWARM}
+        for session in sorted(sessions)[:2]:
+            zygote.prestart(replay_environment(dict(json.loads(session)), base))
+    except Exception:  # noqa: BLE001 - an optimisation: the selection starts its own
+        pass

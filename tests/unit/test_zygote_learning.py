@@ -71,3 +71,15 @@ def test_a_report_too_large_or_malformed_teaches_nothing():
 
 def test_no_zygote_no_answer(tmp_path):
     assert zygote.warmed(Path(tmp_path) / "nobody.sock") is None
+
+
+def test_what_a_zygote_learned_is_kept_for_the_next_one(tmp_path):
+    """A zygote that exits after its idle time, or one started ahead of the first
+    selection, imports what the ones before it learned before it serves."""
+    known = tmp_path / "key.learned"
+    assert zygote._read_learned(known) == []  # the first zygote of its key
+    zygote._write_learned(known, {"json", "xml.dom.minidom"})
+    assert zygote._read_learned(known) == ["json", "xml.dom.minidom"]
+    known.write_bytes(b"json\n../../etc/passwd\nos; rm -rf\nos.path")  # written by someone else
+    assert zygote._read_learned(known) == ["json", "os.path"]
+    assert not list(tmp_path.glob("*.learned.*"))  # written whole, renamed into place
