@@ -282,6 +282,46 @@ def test_each_context_sees_every_line_it_ran(tmp_path):
     assert body <= data["d"][here]
 
 
+def _branches(flag):
+    if flag:
+        taken = "one"
+    else:
+        taken = "other"
+    return taken
+
+
+def test_going_back_to_a_context_sees_what_ran_elsewhere_since(tmp_path):
+    """A context re-entered (a test after a repeated module call's `|in`) keeps the events of
+    code whose disabled lines it has all noted; the lines another context disabled since,
+    and lines never run before, still reach it."""
+    lines = SysmonLines(str(ROOT))
+    lines.start()
+    try:
+        lines.switch("a")
+        _branches(0)
+        lines.switch("b")
+        _branches(1)  # disables the "one" lines, which "a" never noted
+        lines.switch("a")
+        _branches(1)
+        lines.switch("b")
+        _branches(0)
+        lines.switch("a")
+        lines.pause()
+        _branches(1)  # disabled while paused: noted nowhere
+        lines.resume()
+        lines.switch("c")
+        _branches(1)
+    finally:
+        lines.stop()
+    data = lines.lines()
+    here = str(Path(__file__).resolve())
+    first = _branches.__code__.co_firstlineno
+    one, other = {first + 1, first + 2, first + 5}, {first + 1, first + 4, first + 5}
+    assert data["a"][here] & (one | other) == one | other
+    assert data["b"][here] & (one | other) == one | other
+    assert data["c"][here] & (one | other) == one
+
+
 def _paused_generator():
     yield 1
     resumed = 2  # runs after a late start

@@ -163,7 +163,8 @@ class SysmonLines:
         self._current: dict[str, set[int]] = self._data[""]
         self._files: dict[str, str | None] = {}  # co_filename -> file under the root, or None
         self._armed: list = []  # code objects with LINE events on (turned off at stop)
-        self._spent: set = set()  # ... that had a LINE event disabled since they were armed
+        # ... that had LINE events disabled since they were armed, with those events' lines
+        self._spent: dict[Any, set[int]] = {}
         self._paused: dict[int, int] = {}  # thread id -> how deep in pause() it is
         self._missed = False  # an event was disabled while paused: re-arm at resume
         self.switches = 0
@@ -235,16 +236,27 @@ class SysmonLines:
             self._rearm()
 
     def _rearm(self) -> None:
-        """Every line event disabled since the last re-arm fires again (each code object's
-        local events set anew: that resets the ones its lines disabled)."""
+        """Every line event disabled since the last re-arm whose line the running context
+        has not noted fires again (its code object's local events set anew: that resets
+        every event its lines disabled). A code object whose disabled lines the context
+        has all noted stays as it is: a line it has not run since it was armed was never
+        disabled, and fires. So a test that goes in and out of a repeated module call (a
+        training loop's steps: its context, then the call's `|in`, then its own again) no
+        longer sees every line of each step once more."""
         tool, spent = self.tool, self._spent
         if tool is None or not spent:
             return
         line = monitoring.events.LINE
-        for code in spent:
+        noted = self._current
+        kept = {}
+        for code, lines in spent.items():
+            have = noted.get(code.co_filename)
+            if have is not None and lines <= have:
+                kept[code] = lines
+                continue
             monitoring.set_local_events(tool, code, 0)
             monitoring.set_local_events(tool, code, line)
-        spent.clear()
+        self._spent = kept
 
     def lines(self) -> dict[str, dict[str, set[int]]]:
         out: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
@@ -275,7 +287,11 @@ class SysmonLines:
             self._missed = True
         else:
             self._current[code.co_filename].add(line)
-        self._spent.add(code)
+        spent = self._spent.get(code)
+        if spent is None:
+            self._spent[code] = {line}
+        else:
+            spent.add(line)
         return monitoring.DISABLE
 
     def _measured(self, co_filename: str) -> str | None:
