@@ -255,10 +255,21 @@ def _sample(n):
     return total
 
 
-def test_each_context_sees_every_line_it_ran(tmp_path):
+def _noted(scenario) -> dict[str, set[int]]:
+    """Run `scenario(lines)` under a SysmonLines of its own: context -> the lines of this
+    file it noted there."""
     lines = SysmonLines(str(ROOT))
     lines.start()
     try:
+        scenario(lines)
+    finally:
+        lines.stop()
+    here = str(Path(__file__).resolve())
+    return {context: set(files.get(here, ())) for context, files in lines.lines().items()}
+
+
+def test_each_context_sees_every_line_it_ran(tmp_path):
+    def scenario(lines):
         lines.switch("a")
         _sample(3)
         lines.switch("b")
@@ -270,16 +281,14 @@ def test_each_context_sees_every_line_it_ran(tmp_path):
         lines.switch("d")
         threading.Thread(target=_sample, args=(2,)).start()
         _sample(1)
-    finally:
-        lines.stop()
-    data = lines.lines()
-    here = str(Path(__file__).resolve())
+
+    data = _noted(scenario)
     first = _sample.__code__.co_firstlineno
     body = {first + 1, first + 2, first + 3, first + 4}
-    assert body <= data["a"][here]
-    assert body <= data["b"][here]
-    assert not (data.get("c", {}).get(here, set()) & body)
-    assert body <= data["d"][here]
+    assert body <= data["a"]
+    assert body <= data["b"]
+    assert not (data.get("c", set()) & body)
+    assert body <= data["d"]
 
 
 def _branches(flag):
@@ -294,9 +303,7 @@ def test_going_back_to_a_context_sees_what_ran_elsewhere_since(tmp_path):
     """A context re-entered (a test after a repeated module call's `|in`) keeps the events of
     code whose disabled lines it has all noted; the lines another context disabled since,
     and lines never run before, still reach it."""
-    lines = SysmonLines(str(ROOT))
-    lines.start()
-    try:
+    def scenario(lines):
         lines.switch("a")
         _branches(0)
         lines.switch("b")
@@ -311,15 +318,13 @@ def test_going_back_to_a_context_sees_what_ran_elsewhere_since(tmp_path):
         lines.resume()
         lines.switch("c")
         _branches(1)
-    finally:
-        lines.stop()
-    data = lines.lines()
-    here = str(Path(__file__).resolve())
+
+    data = _noted(scenario)
     first = _branches.__code__.co_firstlineno
     one, other = {first + 1, first + 2, first + 5}, {first + 1, first + 4, first + 5}
-    assert data["a"][here] & (one | other) == one | other
-    assert data["b"][here] & (one | other) == one | other
-    assert data["c"][here] & (one | other) == one
+    assert data["a"] & (one | other) == one | other
+    assert data["b"] & (one | other) == one | other
+    assert data["c"] & (one | other) == one
 
 
 def _paused_generator():
