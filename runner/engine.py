@@ -120,6 +120,7 @@ class Engine:
         """Select; with `prune`, then replay captured module calls to prune equivalents.
         Within the evidence's recorded scope (its pytest arguments), unless `all_tests`."""
         started = time.perf_counter()
+        began = time.monotonic()  # the clock local replays share (`budget.py`)
         own_store = store is None
         store = store or self.open_store()
         try:
@@ -171,9 +172,8 @@ class Engine:
                     any(d.prunable or d.prune_conditions for d in selection.selected):
                 # On this machine the budget bounds the whole selection's wait, counted
                 # from its start (`budget.py`); a runner's replays count their own.
-                until = time.monotonic() - (time.perf_counter() - started) + \
-                    self.settings.prune_budget - WRAP_UP if self.settings.prune_budget > 0 \
-                    else None
+                until = began + self.settings.prune_budget - WRAP_UP \
+                    if self.settings.prune_budget > 0 else None
                 pruning = self._prune(store, selection, snapshot, head, head_tree, until)
                 selection = pruning.selection
             return Planned(selection, snapshot, inputs, renames,

@@ -178,6 +178,8 @@ def _warm(scratch: Path, item: ReplayItem) -> dict:
 
 
 def _within(item: ReplayItem) -> float | None:
+    """Seconds a local replay may still take (to its deadline, and a grace to write what
+    it replayed), or None without a deadline."""
     left = item.left()
     return None if left is None else max(0.0, left) + GRACE
 
@@ -194,14 +196,13 @@ def _start(scratch: Path, item: ReplayItem) -> tuple[subprocess.Popen, Path]:
 
 
 def _finish(item: ReplayItem, proc: subprocess.Popen, out: Path) -> dict:
-    left = item.left()
-    timeout = REPLAY_TIMEOUT if left is None else max(0.0, left) + GRACE
+    within = _within(item)
     try:
-        output, _ = proc.communicate(timeout=timeout)
+        output, _ = proc.communicate(timeout=REPLAY_TIMEOUT if within is None else within)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
-        return item.failed(f"the replay took over {REPLAY_TIMEOUT} s") if left is None \
+        return item.failed(f"the replay took over {REPLAY_TIMEOUT} s") if within is None \
             else item.out_of_time()
     return read_output(item, proc.returncode, output.decode(errors="replace"), out)
 

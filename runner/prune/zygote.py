@@ -86,17 +86,13 @@ def replay(socket_file: Path, environ: dict[str, str], request_file: Path, cwd: 
     return status if isinstance(status, int) else None
 
 
-def prestart(environ: dict[str, str]) -> bool:
-    """Start the zygote for `environ` and return at once, before it serves (a recording
-    that ends starts the one its next selection will use): True if one was started."""
+def prestart(environ: dict[str, str]) -> None:
+    """Start the zygote for `environ`, unless one serves, and return at once, before it
+    serves (a recording that ends starts the one its next selection will use)."""
     path = socket_path(environ)
-    conn = _connect(path)
-    if conn is None:
-        conn = _start(path, environ, wait=0.0)
-        if conn is None:
-            return path.parent.is_dir()
-    conn.close()
-    return False
+    conn = _connect(path) or _start(path, environ, wait=0.0)
+    if conn is not None:
+        conn.close()
 
 
 def warmed(socket_file: Path) -> list[str] | None:

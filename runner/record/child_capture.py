@@ -91,14 +91,16 @@ class ChildRecorder:
         from fastci.runner.record.lines import SysmonLines  # noqa: PLC0415
 
         lines = SysmonLines(self.root)
-        data = cov.get_data()
-        prefix = self.root + os.sep
-        self.before = {f: set(data.lines(f) or ()) for f in data.measured_files()
-                       if os.path.realpath(f).startswith(prefix)}
         try:
             lines.start(late=True)
         except (RuntimeError, ValueError):
             return False  # no free tool id: this child does not capture
+        # What coverage saw up to now, taken once the recorder runs: a line another thread
+        # ran while it started is outside every capture, never in no context at all.
+        data = cov.get_data()
+        prefix = self.root + os.sep
+        self.before = {f: set(data.lines(f) or ()) for f in data.measured_files()
+                       if os.path.realpath(f).startswith(prefix)}
         self.lines = lines
         return True
 
