@@ -3,9 +3,7 @@ recorded context, computes exactly what it computed before.
 
 `decide` picks the candidates and judges them; `replay` is the child process that re-runs
 captured calls under one tree's code; `fingerprints` hashes what a call took and returned.
-Only a selection that may prune imports this package.
+Only a selection that may prune imports `decide`. The package itself imports none of them:
+a recording child that hashes a captured call imports `fingerprints` alone, and `decide`
+would bring the selection, the execution and the recorder with it (0.5 s in each child).
 """
-
-from fastci.runner.prune.decide import PruneOutcome, candidates, prune
-
-__all__ = ["PruneOutcome", "candidates", "prune"]
