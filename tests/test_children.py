@@ -638,6 +638,55 @@ def test_a_module_level_side_effect_only_a_child_ran_selects_its_test(project):
     assert project.selected() == {"tests/test_side.py::test_in_a_child"}
 
 
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring needs Python 3.12+")
+def test_a_child_on_sys_monitoring_records_with_one_recorder(project):
+    """On 3.12+ a child records with FastCI's own sys.monitoring tool alone, from before its
+    main program to its end, and so does a fork of it: coverage.py, which only starts the
+    child, has stopped by then. Two tools cost each child a second callback on every new
+    code object, and coverage's pause restarted every tool's disabled events."""
+    project.write({
+        "pyproject.toml": "[project]\nname = 'one'\nversion = '0'\n",
+        "one/__init__.py": "",
+        "one/tools.py": """
+            import os
+            import sys
+
+
+            def tools():
+                return sorted(name for i in range(6)
+                              if (name := sys.monitoring.get_tool(i)) is not None)
+
+
+            def report(path):
+                with open(path, "w") as fh:
+                    fh.write(",".join(tools()))
+                pid = os.fork()
+                if pid == 0:
+                    with open(path + ".fork", "w") as fh:
+                        fh.write(",".join(tools()))
+                    os._exit(0)
+                os.waitpid(pid, 0)
+        """,
+        "tests/test_tools.py": """
+            import subprocess
+            import sys
+
+
+            def test_tools(tmp_path):
+                out = tmp_path / "tools"
+                code = f"from one.tools import report; report({str(out)!r})"
+                subprocess.run([sys.executable, "-c", code], check=True)
+                print("TOOLS", out.read_text(), (tmp_path / "tools.fork").read_text())
+        """,
+    })
+    project.commit()
+    recorded = project.record("-s")
+    assert "TOOLS fastci fastci" in recorded.stdout, recorded.stdout[-2000:]
+    # A line only the fork ran: its evidence reached the test.
+    project.edit("one/tools.py", 'path + ".fork"', 'path + ".fork" + ""')
+    assert project.selected() == {"tests/test_tools.py::test_tools"}
+
+
 def _selection(tests, changes, tree=None):
     from fastci.runner.analysis.environment import current  # noqa: PLC0415
     from fastci.runner.analysis.inventory import ImportGraph  # noqa: PLC0415

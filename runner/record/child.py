@@ -2,9 +2,17 @@
 
 The recording parent hands its children coverage.py's own start-up request
 (`COVERAGE_PROCESS_CONFIG`, read by the `.pth` file coverage installs) with this module named
-as a coverage plugin, so coverage imports it as the child starts; we write no tracer. Forked
-children (multiprocessing's fork context, DataLoader workers) restart coverage after the fork;
+as a coverage plugin, so coverage imports it as the child starts. Forked children
+(multiprocessing's fork context, DataLoader workers) start recording again after the fork;
 children of a forkserver get their start-up through the process's preparation data.
+
+Which lines ran: before Python 3.12, coverage.py's C tracer. On 3.12+, FastCI's own
+sys.monitoring recorder (`lines.SysmonLines`, the one the test process records with), started
+as coverage loads this plugin, before coverage's own collector; coverage stops as the main
+program starts, having seen nothing ours did not. Coverage's sys.monitoring core pays a Python
+callback with its file matching for every new code object (0.3-0.4 s of CPU over torch's
+import in each child), keeps no contexts for a capturing child, and restarted every disabled
+event, every tool's, each time a capture paused it.
 
 Each child writes two files in its parent test's folder (`FASTCI_CHILD_DIR`, one subfolder per
 test context, `FASTCI_CHILD_TAG`):
@@ -80,6 +88,7 @@ class _State:
         self.main_started = cov is not None  # the interpreter's start-up is over
         self.written = False  # ... and has ended
         self.capture = None  # module calls captured for pruning (`child_capture.py`)
+        self.lines = None  # our own line recorder (`lines.SysmonLines`, 3.12+), or None
 
     def path(self, suffix: str) -> str:
         return os.path.join(tag_folder(self.folder, self.tag), self.name + suffix)
@@ -101,11 +110,18 @@ def coverage_init(reg, options) -> None:  # noqa: ARG001 (coverage's plugin entr
             pass
 
 
-def begin(tag: str, folder: str, root: str, cov) -> None:
+def begin(tag: str, folder: str, root: str, cov, lines=None) -> None:
     """Start this process's evidence: the start marker first, then the hooks that fill it.
-    `cov` is the Coverage measuring this process, or None when coverage's start-up owns it."""
+    `cov` is the Coverage measuring this process and `lines` our own recorder, as `record`
+    started them; both None when coverage's start-up owns this process (the main program has
+    yet to start), and then our recorder starts here where it can."""
     global _state
     _state = _State(tag, folder, root, cov)
+    if lines is not None:
+        _state.main_started = True
+        _state.lines = lines
+    elif cov is None:
+        _state.lines = own_lines(root)
     compiled.start(_on_compiled_entry, _on_compile)
     _install_hooks()
     _install_sigterm()
@@ -115,6 +131,28 @@ def begin(tag: str, folder: str, root: str, cov) -> None:
                                        "argv": _argv(), "tag": tag})
     except OSError:
         _state = None  # nowhere to write: no marker, so the parent counts a silent child
+
+
+def own_lines(root: str):
+    """Our sys.monitoring recorder, started for this process (Python 3.12+), or None where it
+    cannot run (an older Python, no free tool id): coverage's then."""
+    if sys.version_info < (3, 12):
+        return None
+    from fastci.runner.record.lines import SysmonLines  # noqa: PLC0415 (3.12+ only)
+
+    lines = SysmonLines(root)
+    try:
+        lines.start(late=True)
+    except (RuntimeError, ValueError):
+        return None
+    return lines
+
+
+def record(tag: str, folder: str, root: str, config: str) -> None:
+    """Record this process from here on, for `tag` (a fork, a forkserver's child): with our
+    own recorder where it runs, else with coverage from the serialized `config`."""
+    lines = own_lines(root)
+    begin(tag, folder, root, None if lines is not None else start_coverage(config), lines)
 
 
 def start_coverage(config: str):
@@ -142,7 +180,7 @@ def adopt(tag: str, folder: str, root: str, config: str) -> None:
         if _state.tag != tag:  # started from inherited variables: the parent knows better
             _retag(tag)
         return
-    begin(tag, folder, root, start_coverage(config))
+    record(tag, folder, root, config)
 
 
 def _retag(tag: str) -> None:
@@ -196,20 +234,20 @@ def _finish(state: _State, event: str) -> None:
         cov = getattr(process_startup, "coverage", None)
     lines: dict | None = None if state.main_started else {}  # ended in start-up: ran nothing
     captured = None
-    error = None if cov is not None or lines is not None else "coverage was not running"
-    if cov is not None:
+    running = state.lines is not None or cov is not None
+    error = None if running or lines is not None else "coverage was not running"
+    if running:
         try:
-            if cov._started:
-                cov.stop()
-            data = cov.get_data()
+            contexts = _lines_by_context(state, cov)
             lines = {}
-            for filename in data.measured_files():
-                if filename.startswith(state.root):
-                    lines[filename] = sorted(data.lines(filename) or ())
+            for files in contexts.values():
+                for filename, ls in files.items():
+                    lines.setdefault(filename, set()).update(ls)
+            lines = {f: sorted(ls) for f, ls in lines.items()}
             if state.capture is not None:
                 from fastci.runner.record import child_capture  # noqa: PLC0415
 
-                captured = child_capture.report(state.capture, data, state.root)
+                captured = child_capture.report(state.capture, contexts)
             if state.compiled:
                 if compiled.unseen():
                     lines, error = None, compiled.unseen()  # the parent falls back
@@ -230,6 +268,29 @@ def _finish(state: _State, event: str) -> None:
     except OSError:
         pass
     state.written = True
+
+
+def _lines_by_context(state: _State, cov) -> dict[str, dict[str, set[int]]]:
+    """context -> file under the root -> lines this process ran (and stop recording them).
+    Only a capturing child has contexts other than "": one per captured call."""
+    if cov is not None and cov._started:
+        cov.stop()
+    if state.lines is not None:
+        state.lines.stop()
+        return state.lines.lines()  # files under the root only
+    data = cov.get_data()
+    prefix = state.root
+    out: dict[str, dict[str, set[int]]] = {}
+    for filename in data.measured_files():
+        if not filename.startswith(prefix):
+            continue
+        if state.capture is None:
+            out.setdefault("", {})[filename] = set(data.lines(filename) or ())
+            continue
+        for lineno, names in data.contexts_by_lineno(filename).items():
+            for context in names:
+                out.setdefault(context, {}).setdefault(filename, set()).add(lineno)
+    return out
 
 
 def _write(path: str, obj: dict) -> None:
@@ -274,8 +335,8 @@ def _start_capture(module) -> None:  # noqa: ARG001
         return
     from pathlib import Path  # noqa: PLC0415
 
-    state.capture = child_capture.start(Path(state.path(".blobs")), state.root, _coverage,
-                                        _coverage_paused)
+    state.capture = child_capture.start(Path(state.path(".blobs")), state.root, state.lines,
+                                        _coverage, _coverage_paused)
 
 
 def _coverage():
@@ -341,7 +402,7 @@ def _exit(code: int) -> None:
 
 
 def _after_fork() -> None:
-    """A fork of a recorded child is a child of its own: fresh coverage, fresh evidence."""
+    """A fork of a recorded child is a child of its own: fresh recorders, fresh evidence."""
     state = _state
     if state is None:
         return
@@ -350,8 +411,8 @@ def _after_fork() -> None:
     config = os.environ.get(CONFIG)
     if state.capture is not None:  # the parent process's captures: not this fork's
         state.capture.end_test()
-        if state.capture.recorder.lines is not None:
-            state.capture.recorder.lines.stop()
+    if state.lines is not None:  # what the parent process ran: not this fork's
+        state.lines.forget()
     inherited = state.cov or Coverage.current()
     with sigterm_held():
         if inherited is not None:
@@ -360,8 +421,10 @@ def _after_fork() -> None:
                 inherited.stop()
             except Exception:
                 pass
-        cov = start_coverage(config) if config else None
-        begin(state.tag, state.folder, state.root, cov)
+        if config:
+            record(state.tag, state.folder, state.root, config)
+        else:
+            begin(state.tag, state.folder, state.root, None, own_lines(state.root))
 
 
 def _audit(event: str, args: tuple) -> None:
@@ -383,6 +446,8 @@ def _note(state: _State, event: str, args: tuple) -> None:
         cov = getattr(process_startup, "coverage", None)
         if cov is not None:  # only `finish` saves: coverage's own atexit save could race
             cov._auto_save = False  # a pool's SIGTERM and leave a half-written data file
+            if state.lines is not None and cov._started:
+                cov.stop()  # ours started first and saw all it did: one recorder is enough
         return
     if event == "open":
         path = args[0]
@@ -424,10 +489,19 @@ def _install_kernel_hook(module) -> None:  # noqa: ARG001
 def _untraced():
     """No line tracing inside a Triton launch, as in the parent: the launch is the kernel's
     evidence, and under TRITON_INTERPRET=1 tracing the interpreter made a child's launches
-    several times slower. A capturing child pauses its context recorder too."""
+    several times slower."""
     state = _state
-    capture = state.capture if state is not None and state.pid == os.getpid() else None
-    return capture.recorder.untraced() if capture is not None else _coverage_paused()
+    lines = state.lines if state is not None and state.pid == os.getpid() else None
+    return _lines_paused(lines) if lines is not None else _coverage_paused()
+
+
+@contextlib.contextmanager
+def _lines_paused(lines):
+    lines.pause()
+    try:
+        yield
+    finally:
+        lines.resume()
 
 
 @contextlib.contextmanager

@@ -4,10 +4,10 @@ command the test runs as a user would).
 The parent test's capture request travels in `FASTCI_CHILD_CAPTURE` (the budget, the test's
 capture allowance, and digests of the session's environment). Once the child imports torch,
 its module calls are captured as the parent's are (`capture.ModuleCapture`), into blobs in
-the child's evidence folder. Which lines ran inside which captured call comes from coverage
-contexts: the child's coverage switches context around each captured call, as the parent's
-recorder does (which is why a capturing child's coverage runs on the C tracer: sys.monitoring
-in coverage.py keeps no dynamic contexts). The parent then merges each capture into its
+the child's evidence folder. Which lines ran inside which captured call comes from the
+child's line recorder switching context around each captured call, as the parent's recorder
+does: FastCI's own sys.monitoring recorder on Python 3.12+, coverage's dynamic contexts on
+its C tracer before. The parent then merges each capture into its
 test's evidence like one of its own (`recorder._merge_children`), so a change that ran only
 inside captured calls of a child can be pruned by replaying them.
 
@@ -60,49 +60,28 @@ def _digest(value: str) -> str:
 
 
 class ChildRecorder:
-    """What `ModuleCapture` needs of a recorder, over the child's coverage.
+    """What `ModuleCapture` needs of a recorder, over the child's line recorder: FastCI's own
+    `lines.SysmonLines` (Python 3.12+, the child's recorder since it started; lines before the
+    first capture stay in its "" context, outside every capture), or else coverage's C tracer
+    with one dynamic context per captured call. Coverage's sys.monitoring core keeps no
+    contexts: a child measured by it does not capture."""
 
-    Which lines ran in which context: on Python 3.12+ the child's coverage runs on its
-    sys.monitoring core, which keeps no contexts, so our own sys.monitoring recorder
-    (`lines.SysmonLines`) starts beside it, late, and splits the lines by context from then
-    on; what coverage saw before that is outside every capture. Before 3.12, coverage's C
-    tracer switches contexts itself (and sees every line of every traced frame: a capturing
-    child on 3.12 recorded at nearly twice the cost on the C tracer)."""
-
-    def __init__(self, root: str, coverage, untraced) -> None:
+    def __init__(self, root: str, lines, coverage, untraced) -> None:
         self.root = os.path.realpath(root)
         self.context = TEST
         self.environ: dict[str, str] = {}
         self.repository_modules: list = []
+        self.lines: Any = lines  # the child's SysmonLines, or None (coverage's contexts)
         self._coverage = coverage  # () -> the Coverage measuring this process, or None
-        self._untraced = untraced
+        self._untraced = untraced  # coverage paused
         self._count = -1
-        self.lines: Any = None  # the SysmonLines splitting lines by context, or None (coverage's)
-        self.before: dict[str, set[int]] = {}  # ... and what coverage saw before it started
 
-    def split_lines(self) -> bool:
-        """Split the lines by context from now on; False where neither recorder can."""
-        cov = self._coverage()
-        collector = getattr(cov, "_collector", None)
-        if collector is None:
-            return False
-        if collector.tracer_name() != "SysMonitor":
-            return True  # the C (or Python) tracer keeps contexts
-        from fastci.runner.record.lines import SysmonLines  # noqa: PLC0415
-
-        lines = SysmonLines(self.root)
-        try:
-            lines.start(late=True)
-        except (RuntimeError, ValueError):
-            return False  # no free tool id: this child does not capture
-        # What coverage saw up to now, taken once the recorder runs: a line another thread
-        # ran while it started is outside every capture, never in no context at all.
-        data = cov.get_data()
-        prefix = self.root + os.sep
-        self.before = {f: set(data.lines(f) or ()) for f in data.measured_files()
-                       if os.path.realpath(f).startswith(prefix)}
-        self.lines = lines
-        return True
+    def can_split(self) -> bool:
+        """Can the lines be split by context here?"""
+        if self.lines is not None:
+            return True
+        collector = getattr(self._coverage(), "_collector", None)
+        return collector is not None and collector.tracer_name() != "SysMonitor"
 
     def switch_derived(self, test: str, context: str) -> None:  # noqa: ARG002 (one test)
         if self.lines is not None:
@@ -115,33 +94,17 @@ class ChildRecorder:
 
     @contextlib.contextmanager
     def untraced(self):
-        """No line noted inside (a Triton launch, a capture's own work), by either recorder."""
+        """No line noted inside (a Triton launch, a capture's own work)."""
         lines = self.lines
-        if lines is not None:
-            lines.pause()
-        try:
+        if lines is None:
             with self._untraced():
                 yield
+            return
+        lines.pause()
+        try:
+            yield
         finally:
-            if lines is not None:
-                lines.resume()
-
-    def by_context(self, data) -> dict[str, dict[str, set[int]]]:
-        """context -> file -> lines, for the files under the root (and stop recording)."""
-        out: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
-        if self.lines is not None:
-            self.lines.stop()
-            for context, files in self.lines.lines().items():
-                for filename, ls in files.items():
-                    out[context][filename] |= ls
-            for filename, ls in self.before.items():
-                out[""][filename] |= ls
-            return out
-        for filename in data.measured_files():
-            for lineno, contexts in data.contexts_by_lineno(filename).items():
-                for context in contexts:
-                    out[context][filename].add(lineno)
-        return out
+            lines.resume()
 
     def scan_modules(self) -> None:
         """The repository's modules imported so far, but the program itself (`__main__`, and
@@ -161,8 +124,9 @@ class ChildRecorder:
         self.repository_modules = found
 
 
-def start(folder: Path, root: str, coverage, untraced):
-    """Capture this process's module calls, as its parent test asked (None: it did not)."""
+def start(folder: Path, root: str, lines, coverage, untraced):
+    """Capture this process's module calls, as its parent test asked (None: it did not, or
+    the lines cannot be split by call here)."""
     try:
         spec = json.loads(os.environ.get(ENV) or "null")
     except ValueError:
@@ -171,8 +135,8 @@ def start(folder: Path, root: str, coverage, untraced):
         return None
     from fastci.runner.record.capture import ModuleCapture  # noqa: PLC0415 (imports little)
 
-    recorder = ChildRecorder(root, coverage, untraced)
-    if not recorder.split_lines():
+    recorder = ChildRecorder(root, lines, coverage, untraced)
+    if not recorder.can_split():
         return None
     base = spec.get("base") or {}
     changed = {k: v for k, v in os.environ.items()
@@ -228,13 +192,12 @@ def _bind_main_program(capture) -> None:
     sys.setprofile(profile)
 
 
-def report(capture, data, root: str) -> dict:
+def report(capture, by_context: dict[str, dict[str, set[int]]]) -> dict:
     """The capture section of the child's evidence: each call with the lines it ran, the
-    lines repeats of captured calls ran, and the lines outside any (absolute paths)."""
+    lines repeats of captured calls ran, and the lines outside any (absolute paths under the
+    root, by context: `child._lines_by_context`)."""
     from fastci.runner.record.capture import CAPTURED, INSIDE  # noqa: PLC0415
 
-    by_context = {context: {f: ls for f, ls in files.items() if f.startswith(root)}
-                  for context, files in capture.recorder.by_context(data).items()}
     captures, taken = [], set()
     for item in capture.captures.get(TEST, ()):
         context = f"{TEST}{CAPTURED}{item.index}"

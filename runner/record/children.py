@@ -308,8 +308,7 @@ def _after_fork_in_child() -> None:
     with child.sigterm_held():
         try:
             watch.detach()
-            child.begin(watch.tag, watch.folder, watch.root,
-                        child.start_coverage(watch.config))
+            child.record(watch.tag, watch.folder, watch.root, watch.config)
         except Exception:
             pass  # no marker written: the audit hook's fork count makes the parent fall back
 
