@@ -28,6 +28,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from fastci.runner.record.paths import real_file
+
 ENV = "FASTCI_CHILD_CAPTURE"
 TEST = "child"  # the child's one "test": every context of a capturing child starts with it
 
@@ -75,6 +77,7 @@ class ChildRecorder:
         self._coverage = coverage  # () -> the Coverage measuring this process, or None
         self._untraced = untraced  # coverage paused
         self._count = -1
+        self._seen: set[str] = set()  # module names scan_modules has looked at
 
     def can_split(self) -> bool:
         """Can the lines be split by context here?"""
@@ -108,20 +111,23 @@ class ChildRecorder:
 
     def scan_modules(self) -> None:
         """The repository's modules imported so far, but the program itself (`__main__`, and
-        aliases of it such as multiprocessing's `__mp_main__`): a replay process has its own."""
+        aliases of it such as multiprocessing's `__mp_main__`): a replay process has its own.
+        Each module is looked at once (a scan comes before every capture)."""
         if len(sys.modules) == self._count:
             return
         self._count = len(sys.modules)
         prefix = self.root + os.sep
-        found = []
+        seen = self._seen
         for name, module in list(sys.modules.items()):
+            if name in seen:
+                continue
+            seen.add(name)
             path = getattr(module, "__file__", None) if module is not None else None
             if name != "__main__" and getattr(module, "__name__", None) == name \
                     and isinstance(path, str) and os.path.isabs(path) \
                     and "site-packages" not in path \
-                    and os.path.realpath(path).startswith(prefix):
-                found.append((name, module))
-        self.repository_modules = found
+                    and real_file(path).startswith(prefix):
+                self.repository_modules.append((name, module))
 
 
 def start(folder: Path, root: str, lines, coverage, untraced):

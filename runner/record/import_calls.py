@@ -37,6 +37,7 @@ from collections import defaultdict
 from typing import Any, Callable, Mapping
 
 from fastci.runner.record import tracing
+from fastci.runner.record.paths import real_file
 
 monitoring: Any = getattr(sys, "monitoring", None)
 
@@ -188,7 +189,7 @@ class ImportCalls:
             return self._files[co_filename]
         path = None
         if co_filename and not co_filename.startswith("<"):
-            real = os.path.realpath(os.path.abspath(co_filename))
+            real = real_file(co_filename)
             if real.startswith(self._prefix):
                 rel = real[len(self._prefix):].replace(os.sep, "/")
                 path = rel if rel in self.tree else None

@@ -26,6 +26,8 @@ import threading
 from collections import defaultdict
 from typing import Any, Protocol
 
+from fastci.runner.record.paths import real_file
+
 # Tool ids PEP 669 leaves to no convention (0 debugger, 1 coverage, 2 profiler, 5 optimizer):
 # coverage.py in our own children (sys.monitoring core) keeps its id 1.
 _TOOL_IDS = (4, 3)
@@ -299,7 +301,7 @@ class SysmonLines:
         source and omit settings decide it), else None."""
         if not co_filename or co_filename.startswith("<"):
             return None  # exec'd strings, doctests, frozen modules: no file to map to
-        real = os.path.realpath(os.path.abspath(co_filename))
+        real = real_file(co_filename)
         if not real.startswith(self._prefix):
             return None
         rel = real[len(self._prefix) - 1:]
