@@ -25,12 +25,15 @@ that one code object (or PY_UNWIND, on while such a body runs) turns it back on.
 repository function that runs meanwhile (through an import hook or a plugin registry) has
 no caller recorded, and its lines go to the OUTSIDE context: the wide rule keeps it.
 On einops' suite (3.12) a recorded `--collect-only` took 6.4 s with torch's import
-profiled and 5.5 s without (plain pytest: 4.3 s). Before 3.12 such a module is profiled
-with the body that imports it.
+profiled and 5.5 s without (plain pytest: 4.3 s). Before 3.12, where no event tells that a
+body ended, an import finder (`_ForeignBodies`) runs the loader of each module outside the
+repository with the hook off, and turns it back on as the loader returns; the same holds
+there. A module whose loader is a class (built-in and frozen modules) stays profiled.
 """
 
 from __future__ import annotations
 
+import importlib.abc
 import os
 import sys
 from collections import defaultdict
@@ -63,6 +66,8 @@ class ImportCalls:
         self._bodies: list[Any] = []  # repository module bodies running, innermost last
         self._foreign: list[Any] = []  # other modules' bodies run from them, hook off meanwhile
         self._tool: int | None = None  # the sys.monitoring tool that sees those bodies end
+        self._loading = 0  # foreign loaders running with the hook off (before 3.12)
+        self._finder = _ForeignBodies(self) if monitoring is None else None
         self._on = False
         self.skipped = ""  # why the hook could not be installed, if it could not
 
@@ -71,6 +76,8 @@ class ImportCalls:
         if context.startswith("collect:"):
             self._current = self.calls[context]
             tracing.route_exec(self._body_starts)
+            if self._finder is not None and self._finder not in sys.meta_path:
+                sys.meta_path.insert(0, self._finder)
             self._tell(False)
         else:
             self.stop()
@@ -81,6 +88,8 @@ class ImportCalls:
 
     def stop(self) -> None:
         tracing.route_exec(None)
+        if self._finder is not None and self._finder in sys.meta_path:
+            sys.meta_path.remove(self._finder)
         self._bodies.clear()
         self._current = None
         if self._on:
@@ -171,6 +180,26 @@ class ImportCalls:
             sys.setprofile(self._profile)
             self._tell(True)
 
+    # -- other modules' bodies (before 3.12: their loaders) ----------------------------------
+    def loader_starts(self) -> bool:
+        """A module outside the repository is about to load: the hook goes off until it
+        has (True: it was on)."""
+        if not self._on:
+            return False
+        sys.setprofile(None)
+        self._on = False
+        self._loading += 1
+        self._tell(False)
+        return True
+
+    def loader_ends(self) -> None:
+        """It has loaded: profile again if a repository body still runs (it imported it)."""
+        self._loading -= 1
+        if not self._loading and self._bodies and not self._on and self._current is not None:
+            self._on = True
+            sys.setprofile(self._profile)
+            self._tell(True)
+
     def _unwatch(self) -> None:
         while self._foreign:
             self._stop_watching(self._foreign.pop())
@@ -212,6 +241,53 @@ class ImportCalls:
                 return ("class",)  # a class body of the repository made the call
             frame = frame.f_back
         return ("?",)
+
+
+class _ForeignBodies(importlib.abc.MetaPathFinder):
+    """Before 3.12, on while test files are collected: the loader of each module outside the
+    repository runs with the profile hook off (a repository module body imports torch)."""
+
+    def __init__(self, calls: ImportCalls) -> None:
+        self.calls = calls
+        self._finding = False
+
+    def find_spec(self, name, path, target=None):
+        if self._finding or not self.calls._on:
+            return None
+        self._finding = True
+        try:
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(name, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+        finally:
+            self._finding = False
+        loader = spec.loader
+        origin = spec.origin if isinstance(spec.origin, str) else ""
+        if loader is None or isinstance(loader, type) or self.calls._path(origin) is not None \
+                or not callable(getattr(loader, "exec_module", None)):
+            return spec  # the repository's own, or a built-in or frozen module: as it was
+        original = loader.exec_module
+        calls = self.calls
+
+        def exec_module(module):
+            off = calls.loader_starts()
+            try:
+                original(module)
+            finally:
+                if off:
+                    calls.loader_ends()
+                try:
+                    del loader.exec_module  # the loader's own method again
+                except AttributeError:
+                    pass
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]  # on purpose: the hook off while it runs
+        return spec
 
 
 def _take_tool(on_end: Callable[..., None]) -> int | None:

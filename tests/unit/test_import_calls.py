@@ -99,3 +99,45 @@ def test_another_profiler_is_left_alone_and_nothing_is_claimed(package):
         sys.setprofile(previous)
     assert calls.skipped == "another profiler was active"
     assert not any(calls.calls.values()) and theirs
+
+
+def test_a_third_party_body_a_repository_body_imports_runs_unprofiled(package, tmp_path,
+                                                                      monkeypatch):
+    """A repository module body that imports torch would profile torch's whole import; the
+    hook is off while any module body outside the repository runs (on 3.12+ a
+    sys.monitoring event says when it ends, before an import finder wraps its loader), and
+    on again for the rest of the repository body. A repository function the third-party
+    body calls back has no caller recorded: its lines are outside (the wide rule)."""
+    vendor = tmp_path / "site"
+    vendor.mkdir()
+    (vendor / "icvendor.py").write_text(textwrap.dedent('''
+        import sys
+
+        PROFILED = sys.getprofile() is not None
+        VALUE = sys.modules["icpkg.lib"].in_thread()  # a plugin registry's call back
+    ''').lstrip("\n"))
+    (package / "icpkg" / "uses_vendor.py").write_text(textwrap.dedent('''
+        from icpkg.lib import helper, leaf
+
+        import icvendor
+
+        A = helper()
+    ''').lstrip("\n"))
+    monkeypatch.syspath_prepend(str(vendor))
+    tree = {p: "sha" for p in [*SOURCES, "icpkg/uses_vendor.py"]}
+    windows = []
+    calls = ImportCalls(str(package), tree, windows.append)
+    previous = sys.getprofile()
+    sys.setprofile(None)
+    try:
+        calls.follow("collect:tests/test_v.py")
+        importlib.import_module("icpkg.uses_vendor")
+    finally:
+        calls.stop()
+        sys.setprofile(previous)
+        sys.modules.pop("icvendor", None)
+    assert importlib.import_module("icpkg.uses_vendor").icvendor.PROFILED is False
+    seen = calls.calls["collect:tests/test_v.py"]
+    assert ("icpkg/lib.py", 9, "in_thread") not in seen  # called back: no caller known
+    assert seen[("icpkg/lib.py", 5, "helper")] == {("module", "icpkg/uses_vendor.py", 5)}
+    assert False in windows[windows.index(True):]  # the vendor's body ran outside
