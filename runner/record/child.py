@@ -560,13 +560,8 @@ class _AfterImport(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name not in self.callbacks:
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                break
-        else:
+        spec = tracing.spec_from_others(self, name, path, target)
+        if spec is None:
             return None
         loader = spec.loader
         original = getattr(loader, "exec_module", None)

@@ -256,16 +256,11 @@ class _ForeignBodies(importlib.abc.MetaPathFinder):
             return None
         self._finding = True
         try:
-            for finder in sys.meta_path:
-                if finder is self or not hasattr(finder, "find_spec"):
-                    continue
-                spec = finder.find_spec(name, path, target)
-                if spec is not None:
-                    break
-            else:
-                return None
+            spec = tracing.spec_from_others(self, name, path, target)
         finally:
             self._finding = False
+        if spec is None:
+            return None
         loader = spec.loader
         origin = spec.origin if isinstance(spec.origin, str) else ""
         if loader is None or isinstance(loader, type) or self.calls._path(origin) is not None \

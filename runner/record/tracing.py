@@ -13,7 +13,10 @@ import importlib
 import os
 import sys
 from types import FunctionType, ModuleType
-from typing import Any, Callable, ContextManager
+from typing import TYPE_CHECKING, Any, Callable, ContextManager
+
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
 
 _sink: Callable[[str, str], None] | None = None
 _exec_sink: Callable[[object], None] | None = None
@@ -92,6 +95,18 @@ def route_exec(callback: Callable[[object], None] | None) -> None:
         sys.addaudithook(_audit)
         _installed = True
     _exec_sink = callback
+
+
+def spec_from_others(me: object, name: str, path, target=None) -> ModuleSpec | None:
+    """The spec the finders on sys.meta_path other than `me` give for a module (None: no
+    finder has it): a finder that wraps a module's loader finds the module this way."""
+    for finder in sys.meta_path:
+        if finder is me or not hasattr(finder, "find_spec"):
+            continue
+        spec = finder.find_spec(name, path, target)
+        if spec is not None:
+            return spec
+    return None
 
 
 def wants(path: str, root: str) -> bool:
