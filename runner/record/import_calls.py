@@ -82,6 +82,13 @@ class ImportCalls:
         else:
             self.stop()
 
+    def _hook(self, on: bool) -> None:
+        """Profile from here on (or not), and tell the recorder whether a repository module
+        body runs."""
+        self._on = on
+        sys.setprofile(self._profile if on else None)
+        self._tell(on)
+
     def _tell(self, inside: bool) -> None:
         if self.window is not None:
             self.window(inside)
@@ -113,17 +120,13 @@ class ImportCalls:
             return
         if self._path(getattr(code, "co_filename", "")) is None:
             if self._on and self._watch(code):  # another module's body: not profiled
-                sys.setprofile(None)
-                self._on = False
-                self._tell(False)
+                self._hook(False)
             return
         if not self._on:
             if sys.getprofile() is not None:  # someone else profiles: leave them be (the
                 self.skipped = "another profiler was active"  # lines stay outside)
                 return
-            self._on = True
-            sys.setprofile(self._profile)
-            self._tell(True)
+            self._hook(True)
         self._bodies.append(code)
 
     def _profile(self, frame, event, arg) -> None:  # noqa: ARG002 (the profiler's signature)
@@ -131,9 +134,7 @@ class ImportCalls:
             if self._bodies and frame.f_code is self._bodies[-1]:
                 self._bodies.pop()
                 if not self._bodies:
-                    sys.setprofile(None)
-                    self._on = False
-                    self._tell(False)
+                    self._hook(False)
             return
         if event != "call":
             return
@@ -176,9 +177,7 @@ class ImportCalls:
         if not self._foreign and self._tool is not None:
             monitoring.set_events(self._tool, 0)
         if not self._foreign and self._bodies and not self._on and self._current is not None:
-            self._on = True
-            sys.setprofile(self._profile)
-            self._tell(True)
+            self._hook(True)
 
     # -- other modules' bodies (before 3.12: their loaders) ----------------------------------
     def loader_starts(self) -> bool:
@@ -186,19 +185,15 @@ class ImportCalls:
         has (True: it was on)."""
         if not self._on:
             return False
-        sys.setprofile(None)
-        self._on = False
         self._loading += 1
-        self._tell(False)
+        self._hook(False)
         return True
 
     def loader_ends(self) -> None:
         """It has loaded: profile again if a repository body still runs (it imported it)."""
         self._loading -= 1
         if not self._loading and self._bodies and not self._on and self._current is not None:
-            self._on = True
-            sys.setprofile(self._profile)
-            self._tell(True)
+            self._hook(True)
 
     def _unwatch(self) -> None:
         while self._foreign:
