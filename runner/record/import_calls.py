@@ -19,16 +19,18 @@ finder's attribute reads): its calls are not seen, so the line recorder is switc
 context of its own there (`collect:<file>` + OUTSIDE), and a function with lines in it is
 known to have run with callers unseen (the selection keeps its wide rule). Off at session
 start (conftest and plugin imports select everything when they change) and during tests.
-A third-party module first imported from a repository module body is not profiled on
-Python 3.12+: the hook is off while its body runs, and a sys.monitoring PY_RETURN event on
-that one code object (or PY_UNWIND, on while such a body runs) turns it back on. A
-repository function that runs meanwhile (through an import hook or a plugin registry) has
-no caller recorded, and its lines go to the OUTSIDE context: the wide rule keeps it.
-On einops' suite (3.12) a recorded `--collect-only` took 6.4 s with torch's import
-profiled and 5.5 s without (plain pytest: 4.3 s). Before 3.12, where no event tells that a
-body ended, an import finder (`_ForeignBodies`) runs the loader of each module outside the
-repository with the hook off, and turns it back on as the loader returns; the same holds
-there. A module whose loader is a class (built-in and frozen modules) stays profiled.
+Import machinery is not profiled either: an import finder (`_Loaders`) runs each loader
+with the hook off, and the module's `exec` turns it on again if that module is the
+repository's. pytest's rewriting loader parses and rewrites a test module that another test
+module imports (130,000 calls on einops' suite, all profiled before), and torch's import is
+a loader running a third-party body. A module whose loader is a class (built-in and frozen
+modules) runs profiled. A third-party body executed other than by a loader on Python 3.12+
+(runpy, a reload) is not profiled either: the hook goes off as its body starts, and a
+sys.monitoring PY_RETURN event on that one code object (or PY_UNWIND, on while such a body
+runs) turns it back on. A repository function that runs meanwhile (through an import hook
+or a plugin registry) has no caller recorded, and its lines go to the OUTSIDE context: the
+wide rule keeps it. On einops' suite (3.12) a recorded `--collect-only` took 6.4 s with
+torch's import profiled and 5.5 s without (plain pytest: 4.3 s).
 """
 
 from __future__ import annotations
@@ -66,8 +68,8 @@ class ImportCalls:
         self._bodies: list[Any] = []  # repository module bodies running, innermost last
         self._foreign: list[Any] = []  # other modules' bodies run from them, hook off meanwhile
         self._tool: int | None = None  # the sys.monitoring tool that sees those bodies end
-        self._loading = 0  # foreign loaders running with the hook off (before 3.12)
-        self._finder = _ForeignBodies(self) if monitoring is None else None
+        self._loading = 0  # loaders running with the hook off
+        self._finder = _Loaders(self)
         self._on = False
         self.skipped = ""  # why the hook could not be installed, if it could not
 
@@ -76,7 +78,7 @@ class ImportCalls:
         if context.startswith("collect:"):
             self._current = self.calls[context]
             tracing.route_exec(self._body_starts)
-            if self._finder is not None and self._finder not in sys.meta_path:
+            if self._finder not in sys.meta_path:
                 sys.meta_path.insert(0, self._finder)
             self._tell(False)
         else:
@@ -95,7 +97,7 @@ class ImportCalls:
 
     def stop(self) -> None:
         tracing.route_exec(None)
-        if self._finder is not None and self._finder in sys.meta_path:
+        if self._finder in sys.meta_path:
             sys.meta_path.remove(self._finder)
         self._bodies.clear()
         self._current = None
@@ -118,8 +120,11 @@ class ImportCalls:
         """An `exec` is about to run `code`: profile while a repository module body runs."""
         if self._current is None or getattr(code, "co_name", None) != "<module>":
             return
-        if self._path(getattr(code, "co_filename", "")) is None:
-            if self._on and self._watch(code):  # another module's body: not profiled
+        filename = getattr(code, "co_filename", "")
+        if self._path(filename) is None:
+            # Another module's body: not profiled, unless it is a string's (a dataclass's
+            # generated methods), which is short and would cost two context switches.
+            if self._on and not filename.startswith("<") and self._watch(code):
                 self._hook(False)
             return
         if not self._on:
@@ -133,7 +138,7 @@ class ImportCalls:
         if event == "return":
             if self._bodies and frame.f_code is self._bodies[-1]:
                 self._bodies.pop()
-                if not self._bodies:
+                if not self._bodies or self._loading:  # back in a loader, or done
                     self._hook(False)
             return
         if event != "call":
@@ -179,10 +184,10 @@ class ImportCalls:
         if not self._foreign and self._bodies and not self._on and self._current is not None:
             self._hook(True)
 
-    # -- other modules' bodies (before 3.12: their loaders) ----------------------------------
+    # -- loaders ----------------------------------------------------------------------------
     def loader_starts(self) -> bool:
-        """A module outside the repository is about to load: the hook goes off until it
-        has (True: it was on)."""
+        """A loader is about to run: the hook goes off until it has, or until a repository
+        module body it executes starts (True: it was on)."""
         if not self._on:
             return False
         self._loading += 1
@@ -190,9 +195,10 @@ class ImportCalls:
         return True
 
     def loader_ends(self) -> None:
-        """It has loaded: profile again if a repository body still runs (it imported it)."""
+        """It has loaded: profile again, as before it started (a repository body imported
+        it, and goes on; nested loaders went off and came back the same way)."""
         self._loading -= 1
-        if not self._loading and self._bodies and not self._on and self._current is not None:
+        if self._bodies and not self._on and self._current is not None:
             self._hook(True)
 
     def _unwatch(self) -> None:
@@ -238,9 +244,10 @@ class ImportCalls:
         return ("?",)
 
 
-class _ForeignBodies(importlib.abc.MetaPathFinder):
-    """Before 3.12, on while test files are collected: the loader of each module outside the
-    repository runs with the profile hook off (a repository module body imports torch)."""
+class _Loaders(importlib.abc.MetaPathFinder):
+    """On while test files are collected: each loader runs with the profile hook off (a
+    test module that imports another has pytest rewrite it; a repository module imports
+    torch). A repository module's own body turns the hook on again as it starts."""
 
     def __init__(self, calls: ImportCalls) -> None:
         self.calls = calls
@@ -257,10 +264,9 @@ class _ForeignBodies(importlib.abc.MetaPathFinder):
         if spec is None:
             return None
         loader = spec.loader
-        origin = spec.origin if isinstance(spec.origin, str) else ""
-        if loader is None or isinstance(loader, type) or self.calls._path(origin) is not None \
+        if loader is None or isinstance(loader, type) \
                 or not callable(getattr(loader, "exec_module", None)):
-            return spec  # the repository's own, or a built-in or frozen module: as it was
+            return spec  # a built-in or frozen module, or a namespace package: as it was
         original = loader.exec_module
         calls = self.calls
 
@@ -274,7 +280,7 @@ class _ForeignBodies(importlib.abc.MetaPathFinder):
                 try:
                     del loader.exec_module  # the loader's own method again
                 except AttributeError:
-                    pass
+                    pass  # a nested import of the same loader put it back already
 
         loader.exec_module = exec_module  # type: ignore[method-assign]  # on purpose: the hook off while it runs
         return spec
