@@ -341,18 +341,26 @@ def defs_in(body: list[ast.stmt], prefix: str = "") -> Iterator[tuple[str, _Def]
                 yield from defs_in(child.body, prefix)
 
 
-def module_statement_at(source: str | bytes, line: int) -> tuple[int, Statement] | None:
-    """The module-level statement that spans `line` (decorators included): its first line
-    and what it binds, or None (no such statement, or the source does not parse)."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+class ModuleStatements:
+    """A module's top-level statements, parsed once: which one spans a line (a module body
+    with hundreds of import-time calls was parsed once per calling line)."""
+
+    def __init__(self, source: str | bytes) -> None:
+        try:
+            body = _strip_docstring(ast.parse(source).body)
+        except (SyntaxError, ValueError):
+            body = []
+        self._spans = [(min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list",
+                                                                      [])]),
+                        stmt.end_lineno or stmt.lineno, stmt) for stmt in body]
+
+    def at(self, line: int) -> tuple[int, Statement] | None:
+        """The statement that spans `line` (decorators included): its first line and what
+        it binds, or None (no such statement, or the source does not parse)."""
+        for first, last, stmt in self._spans:
+            if first <= line <= last:
+                return first, _statement(stmt)
         return None
-    for stmt in _strip_docstring(tree.body):
-        first = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
-        if first <= line <= (stmt.end_lineno or stmt.lineno):
-            return first, _statement(stmt)
-    return None
 
 
 def _imports(tree: ast.Module, module_name: str | None, is_package: bool) -> tuple[str, ...]:

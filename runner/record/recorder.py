@@ -37,7 +37,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Iterator
 
 from fastci.runner.analysis import inventory
-from fastci.runner.analysis.blocks import MODULE, FileBlocks, module_statement_at
+from fastci.runner.analysis.blocks import MODULE, FileBlocks, ModuleStatements
 from fastci.runner.analysis.environment import Environment, current, is_manifest, lock_hash
 from fastci.runner.evidence import DYNAMIC_ALL, SESSION, ImportCaller, Snapshot, TestRecord
 from fastci.runner.git import WORKTREE, Repo
@@ -755,7 +755,7 @@ class _Callers:
         self.root = root
         self.calls = calls
         self._statements: dict[tuple[str, int], ImportCaller] = {}
-        self._sources: dict[str, bytes | None] = {}
+        self._modules: dict[str, ModuleStatements | None] = {}
 
     def of(self, context: str, path: str, first_line: int, name: str) -> list[str]:
         """Who called the function in `context`; ["?"] when the hook saw no call of it (a
@@ -771,13 +771,13 @@ class _Callers:
         _, path, line = caller
         key = (path, line)
         if key not in self._statements:
-            if path not in self._sources:
+            if path not in self._modules:
                 try:
-                    self._sources[path] = (Path(self.root) / path).read_bytes()
+                    self._modules[path] = ModuleStatements((Path(self.root) / path).read_bytes())
                 except OSError:
-                    self._sources[path] = None
-            source = self._sources[path]
-            found = module_statement_at(source, line) if source is not None else None
+                    self._modules[path] = None
+            statements = self._modules[path]
+            found = statements.at(line) if statements is not None else None
             self._statements[key] = ImportCaller("?", path, line) if found is None else \
                 ImportCaller(found[1].kind, path, found[0], found[1].defines)
         return self._statements[key]
