@@ -193,3 +193,33 @@ def test_the_app_lists_the_fast_tests_from_its_store(net, tmp_path, monkeypatch)
     monkeypatch.setenv("FASTCI_CAPTURE_MIN_SECONDS", "0")
     monkeypatch.setenv("FASTCI_CAPTURE_SHARE", "0")
     assert uncaptured(Engine(net.root)) is None
+
+
+def test_the_fingerprints_wait_for_the_first_call_worth_capturing(tmp_path):
+    """Capture's fingerprints import Triton through the kernels (0.13 s in each capturing
+    process). They are imported at the first call that may be captured, not as capture is
+    installed, so a process whose code calls no repository module or function (a child
+    running a script from outside the repository, a suite of plain torch tests) never pays."""
+    Project.recorded_once(tmp_path / "repo", {
+        "calc/__init__.py": "",
+        "calc/ops.py": "def double(x):\n    return 2 * x\n",
+        "tests/test_order.py": '''
+            import sys
+
+            import torch
+
+            from calc.ops import double
+
+            FINGERPRINTS = "fastci.runner.prune.fingerprints"
+
+
+            def test_torch_alone_imports_no_fingerprints():
+                assert torch.ones(2).sum().item() == 2
+                assert FINGERPRINTS not in sys.modules and "triton" not in sys.modules
+
+
+            def test_a_captured_call_imports_them():
+                assert double(torch.ones(2)).sum().item() == 4
+                assert FINGERPRINTS in sys.modules
+        ''',
+    }, passed=2)

@@ -95,6 +95,7 @@ class ModuleCapture:
         self._left = math.inf  # seconds of capture left to the running test
         self.blobs: dict[str, Path] = {}  # digest -> spilled file
         self._digester: Digester | None = None  # made at the first capture
+        self._fingerprinting = False  # the fingerprints imported, and told the checkout
         self._module_paths: dict[str, str | None] = {}  # name -> path, None: not digested
         self._torch: Any = None
         # Variables set around each replayed call, not in the replay process's environment
@@ -113,9 +114,6 @@ class ModuleCapture:
             return
         self._original = original = torch.nn.Module.__call__
         self._torch = torch
-        from fastci.runner.prune.fingerprints import set_checkout  # noqa: PLC0415 (imports torch)
-
-        set_checkout(str(self.recorder.root))
         capture = self
 
         def __call__(module, *args, **kwargs):
@@ -179,6 +177,17 @@ class ModuleCapture:
              self._calls_of) = self._outer.pop()
 
     # -- the wrapper -------------------------------------------------------------------------
+    def _fingerprints_ready(self) -> None:
+        """Import the fingerprints at the first call that may be captured, not as capture
+        is installed: they import Triton (0.13 s), which a process that captures nothing (a
+        child running a script outside the repository) never needs. Before anything is
+        fingerprinted, they learn where the checkout is (`set_checkout`)."""
+        if not self._fingerprinting:
+            from fastci.runner.prune.fingerprints import set_checkout  # noqa: PLC0415 (imports torch)
+
+            set_checkout(str(self.recorder.root))
+            self._fingerprinting = True
+
     def _is_repo(self, cls: type) -> bool:
         known = self._repo_class.get(cls)
         if known is None:
@@ -197,6 +206,7 @@ class ModuleCapture:
             return original(module, *args, **kwargs)  # a fixture's call: not this test's
         if self._inside_kept(enclosing):
             return original(module, *args, **kwargs)
+        self._fingerprints_ready()
         key = (id(module), _signature(module, args, kwargs))
         ref = self._seen.get(key)
         if ref is not None and ref() is module:
@@ -306,6 +316,7 @@ class ModuleCapture:
         may_capture = not self._spent_all(test)  # decided before the signature's cost
         if id(fn) not in self._calls_of and not may_capture:
             return fn(*args, **kwargs)  # no capture of it to repeat: not even a signature
+        self._fingerprints_ready()
         with recorder.untraced(), self._timed():
             signature = _arguments_signature(args, kwargs)
         key = (id(fn), signature)
