@@ -276,6 +276,11 @@ def _end(node: _Def) -> int:
     return node.end_lineno or node.lineno
 
 
+def first_line(stmt: ast.stmt) -> int:
+    """A statement's first line, its decorators included: where the tracer reports a def."""
+    return min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
+
+
 class _Collector:
     def __init__(self) -> None:
         self.blocks: list[Block] = []
@@ -296,7 +301,7 @@ class _Collector:
             self._def(node, qualname)
 
     def _def(self, node: _Def, qualname: str) -> None:
-        start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+        start = first_line(node)
         end = _end(node)
         body = _normalised_body(node.body)
         header = _header(node)
@@ -350,9 +355,8 @@ class ModuleStatements:
             body = _strip_docstring(ast.parse(source).body)
         except (SyntaxError, ValueError):
             body = []
-        self._spans = [(min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list",
-                                                                      [])]),
-                        stmt.end_lineno or stmt.lineno, stmt) for stmt in body]
+        self._spans = [(first_line(stmt), stmt.end_lineno or stmt.lineno, stmt)
+                       for stmt in body]
 
     def at(self, line: int) -> tuple[int, Statement] | None:
         """The statement that spans `line` (decorators included): its first line and what

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Union
 
-from fastci.runner.analysis.blocks import defs_in, is_jit, normalised_statement
+from fastci.runner.analysis.blocks import defs_in, first_line, is_jit, normalised_statement
 
 _Function = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -569,7 +569,7 @@ def _same_header(before: ast.stmt, after: ast.stmt) -> bool:
 def _own_lines(stmt: ast.stmt) -> frozenset[int]:
     """The lines the tracer reports when the statement itself runs: all of a simple
     statement's, a compound statement's header (a def's decorators and signature)."""
-    first = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
+    first = first_line(stmt)
     inner = _first_inner_line(stmt)
     last = (inner - 1) if inner is not None else (stmt.end_lineno or stmt.lineno)
     return _lines(first, max(last, stmt.lineno))
