@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import uuid
 from contextlib import contextmanager
@@ -32,6 +34,11 @@ os.environ.setdefault("FASTCI_PRUNE_BUDGET", "0")
 # (tests/test_capture_threshold.py).
 os.environ.setdefault("FASTCI_CAPTURE_MIN_SECONDS", "0")
 os.environ.setdefault("FASTCI_CAPTURE_SHARE", "0")
+# Replays remember kernel launches in a folder of the test session's own, never the
+# developer's cache (`runner/prune/launches.py`): each xdist worker has its own.
+_LAUNCHES = tempfile.mkdtemp(prefix="fastci-test-launches-")
+atexit.register(shutil.rmtree, _LAUNCHES, True)
+os.environ.setdefault("FASTCI_LAUNCH_CACHE", _LAUNCHES)
 # Every selection the tests make from a stored snapshot is also made by evaluating every
 # test, and must agree with the one its index made (`selection/crosscheck.py`).
 os.environ.setdefault("FASTCI_CHECK_INDEX", "1")

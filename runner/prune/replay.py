@@ -64,7 +64,13 @@ def main(argv: list[str]) -> int:
 
         recorder = make(choose("auto")[0], root, [])
         recorder.start()
-    results = _replay_all(request, root, recorder)
+    memo = _launch_memo(request)
+    try:
+        results = _replay_all(request, root, recorder)
+    finally:
+        if memo is not None:
+            memo.uninstall()
+            memo.flush()  # after every replayed call: a write inside one is an effect
     overrides = {}
     for path, qualname, names in request.get("overrides", []):
         overrides[f"{path}::{qualname}"] = inherited(path, qualname, names)
@@ -78,9 +84,22 @@ def main(argv: list[str]) -> int:
                 if not rel.startswith(".."):
                     by_path[rel] = sorted(lines)
             result["lines"] = by_path
+    launches = {"hits": memo.hits, "misses": memo.misses} if memo is not None else None
     with open(request["out"], "w") as f:
-        json.dump({"captures": results, "overrides": overrides}, f)
+        json.dump({"captures": results, "overrides": overrides, "launches": launches}, f)
     return 0
+
+
+def _launch_memo(request: dict):
+    """With `launches` (a local request), kernel launches under Triton's interpreter are
+    remembered there across replays (`launches.py`)."""
+    folder = request.get("launches")
+    if not folder or not request["captures"]:
+        return None
+    from fastci.runner.prune.launches import LaunchMemo  # noqa: PLC0415
+
+    memo = LaunchMemo(folder)
+    return memo if memo.install() else None
 
 
 def _settled(request: dict) -> Settled | None:

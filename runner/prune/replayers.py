@@ -25,13 +25,14 @@ import sys
 import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
 from fastci.runner.execution.shard import scrubbed_environment
 from fastci.runner.prune import zygote
 from fastci.runner.prune.budget import OUT_OF_TIME
+from fastci.runner.prune.launches import default_folder
 from fastci.runner.prune.settle import Settled
 
 REPLAY_TIMEOUT = 600
@@ -68,6 +69,7 @@ class ReplayItem:
     settle: SettlePlan | None = None
     budget: float | None = None  # seconds it may replay for (`budget.py`); None: no limit
     until: float | None = None  # local replays: time.monotonic() by which they end
+    launches: Path | None = None  # local replays: where kernel launches are remembered
 
     def left(self) -> float | None:
         """Seconds until `until`, or None without one."""
@@ -86,6 +88,8 @@ class ReplayItem:
                 "trace": self.trace, "env": self.env, "out": at(out), "budget": self.budget,
                 # the machine's clock: never in a pack for a runner (`base`)
                 "until": self.until if base is None else None,
+                "launches": None if base is not None or self.launches is None
+                else str(self.launches),
                 "save_tensors": at(self.save), "compare_to": at(self.compare),
                 "settle": None if self.settle is None else {
                     "groups": self.settle.groups, "settled": at(self.settle.settled),
@@ -116,16 +120,23 @@ class LocalReplayer:
 
     Warm (the default; FASTCI_WARM_REPLAYS=0 turns it off): each replay is a fork of a
     zygote that imported torch once and stays for a while (`zygote.py`), instead of a fresh
-    interpreter that imports it again. Anything the zygote cannot serve runs cold."""
+    interpreter that imports it again. Anything the zygote cannot serve runs cold.
+
+    Kernel launches under Triton's interpreter are remembered across replays in `launches`
+    (`launches.py`; by default the user's cache folder, FASTCI_LAUNCH_CACHE=off: nowhere)."""
 
     in_place = True
 
-    def __init__(self, warm: bool | None = None) -> None:
+    def __init__(self, warm: bool | None = None, launches: Path | None | bool = True) -> None:
         self.warm = os.environ.get("FASTCI_WARM_REPLAYS", "1") != "0" if warm is None \
             else warm
+        self.launches = default_folder() if launches is True else launches or None
 
     def run(self, scratch: Path, steps: Steps) -> dict[str, dict]:
         outputs: dict[str, dict] = {}
+        if self.launches is not None:
+            steps = [[replace(item, launches=item.launches or self.launches) for item in step]
+                     for step in steps]
         for step in steps:  # a step's items side by side: each thread waits on its process
             with ThreadPoolExecutor(max_workers=max(1, len(step))) as pool:
                 outputs.update(pool.map(lambda item: (item.name, self._replay(scratch, item)),
