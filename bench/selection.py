@@ -178,6 +178,13 @@ def main() -> None:
         return
 
     ev_repo = fresh_copy(work / "evidence")
+    # Replays remember kernel launches (`runner/prune/launches.py`): in a folder of this
+    # run's own, empty at its start, as the replays cached in its fresh store are.
+    # FASTCI_LAUNCH_CACHE=off measures without them.
+    if os.environ.get("FASTCI_LAUNCH_CACHE", "").strip().lower() not in ("off", "0"):
+        launches = work / "launches"
+        shutil.rmtree(launches, ignore_errors=True)
+        os.environ["FASTCI_LAUNCH_CACHE"] = str(launches)
     # Twice, as on every push after a repository's first: the second recording knows each
     # test's duration, and captures nothing of those under capture_min_seconds.
     for _ in range(1 if args.first_recording else 2):
