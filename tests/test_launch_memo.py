@@ -136,7 +136,7 @@ def test_entries_are_written_at_flush_only_and_a_corrupt_one_is_a_miss(tmp_path,
     assert memo.install()
     try:
         kernels.launch(x, torch.zeros_like(x))
-        assert not folder.exists(), "an entry written inside a replayed call is an effect"
+        assert not list(folder.glob("*/*")), "an entry written inside a replayed call is an effect"
     finally:
         memo.uninstall()
     assert memo.flush() == 1
@@ -158,3 +158,73 @@ def test_arguments_that_share_a_storage_are_part_of_the_key(tmp_path):
     kernels.launch(expected[:8], expected[4:], 4)  # no memo installed: interpreted
     assert used.hits == 0
     assert torch.equal(got, expected[4:])
+
+
+def test_a_folder_others_may_write_to_is_not_used(tmp_path, x):
+    """Another user could plant entries there: results the replay would take as its own."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    assert not LaunchMemo(shared).install()
+    kernels = _kernels(tmp_path)
+    private = tmp_path / "private" / "memo"
+    got, memo = _run(private, kernels, x)
+    assert memo.misses == 1 and oct(private.stat().st_mode & 0o777) == oct(0o700)
+    assert torch.equal(got, x * 4)
+
+
+MIX = """
+import triton
+import triton.language as tl
+
+@triton.jit
+def mix(a_ptr, b_ptr, c_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(c_ptr + offs, tl.load(a_ptr + offs, mask=mask) * 2, mask=mask)
+    tl.store(b_ptr + offs, tl.load(b_ptr + offs, mask=mask) + 1, mask=mask)
+
+
+def launch(a, b, c):
+    mix[(1,)](a, b, c, a.numel(), BLOCK=8)
+"""
+
+
+def test_which_storage_each_argument_views_is_part_of_the_key(tmp_path):
+    """Two storages with equal bytes: the third argument views the first, then the second.
+    A key that described each argument's own storage alone would not tell them apart."""
+    folder = tmp_path / "memo"
+
+    def launch(third: int):
+        tree = tmp_path / uuid.uuid4().hex[:8]
+        tree.mkdir()
+        kernels = _module(tree, "lm_mix", MIX)
+        s1, s2 = torch.arange(8, dtype=torch.float32), torch.arange(8, dtype=torch.float32)
+        memo = LaunchMemo(folder)
+        assert memo.install()
+        try:
+            kernels.launch(s1, s2, s1 if third == 1 else s2)
+        finally:
+            memo.uninstall()
+            memo.flush()
+        return s1, s2, memo
+
+    launch(third=1)
+    s1, s2, memo = launch(third=2)
+    assert memo.hits == 0
+    base = torch.arange(8, dtype=torch.float32)
+    assert torch.equal(s1, base) and torch.equal(s2, base * 2 + 1)
+
+
+def test_a_launch_under_the_memo_leaves_its_module_as_interpreting_does(tmp_path, x):
+    """Rewriting a kernel copies the interpreter's names into its module, and a replay's
+    module-state check digests them: the memo's watch must not be among what is copied."""
+    from triton.runtime import interpreter
+
+    plain = _kernels(tmp_path)
+    plain.launch(x, torch.zeros_like(x))
+    watched = _kernels(tmp_path)
+    _run(tmp_path / "memo", watched, x)  # a miss: interpreted under the watch
+    copied = {n for n in set(vars(interpreter)) & set(vars(plain)) if not n.startswith("__")}
+    assert copied and set(vars(watched)) == set(vars(plain))
+    assert [n for n in copied if vars(watched)[n] is not vars(plain)[n]] == []
