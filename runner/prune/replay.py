@@ -34,6 +34,7 @@ from fastci.runner.prune.settle import SKIPPED, Settled
 from fastci.runner.prune.state import Digester, differing
 
 UPSTREAM_SEED = 20261129
+FLUSH_MARGIN = 0.2  # seconds before a deadline past which remembered launches are dropped
 
 
 class ReplayResult(TypedDict, total=False):
@@ -70,7 +71,10 @@ def main(argv: list[str]) -> int:
     finally:
         if memo is not None:
             memo.uninstall()
-            memo.flush()  # after every replayed call: a write inside one is an effect
+            # after every replayed call (a write inside one is an effect), and never past a
+            # local selection's deadline: the launches are only worth a later replay's time
+            if _seconds_left(request) > FLUSH_MARGIN:
+                memo.flush()
     overrides = {}
     for path, qualname, names in request.get("overrides", []):
         overrides[f"{path}::{qualname}"] = inherited(path, qualname, names)
@@ -88,6 +92,14 @@ def main(argv: list[str]) -> int:
     with open(request["out"], "w") as f:
         json.dump({"captures": results, "overrides": overrides, "launches": launches}, f)
     return 0
+
+
+def _seconds_left(request: dict) -> float:
+    """Seconds to a local request's deadline (`until`); without one, no end."""
+    until = request.get("until")
+    if isinstance(until, (int, float)) and not isinstance(until, bool):
+        return float(until) - time.monotonic()
+    return float("inf")
 
 
 def _launch_memo(request: dict):
@@ -147,10 +159,9 @@ def _budget(request: dict) -> float | None:
     limit. A local request's deadline (`until`, this machine's monotonic clock) bounds it."""
     seconds = request.get("budget")
     budget = None if seconds is None else max(0.0, float(seconds))
-    until = request.get("until")
-    if isinstance(until, (int, float)) and not isinstance(until, bool):
-        left = max(0.0, float(until) - time.monotonic())
-        budget = left if budget is None else min(budget, left)
+    left = _seconds_left(request)
+    if left != float("inf"):
+        budget = max(0.0, left) if budget is None else min(budget, max(0.0, left))
     return budget
 
 
