@@ -23,13 +23,15 @@ A launch is remembered only if every load, store and atomic it made fell inside 
 arguments' storages (the interpreter's memory functions are watched while it runs): a
 pointer loaded from a table, or a read past a tensor's end, reaches memory the key does
 not hold. A launch whose key cannot be made completely (pre-run hooks, a tensor off the
-CPU, storages that overlap, more than MAX_BYTES) runs as usual. A hit rewrites the jit
+CPU, storages that overlap, more than MAX_BYTES) runs as usual. An output allocated with
+`torch.empty` holds whatever memory held, and its bytes are part of the key: where they
+differ from process to process the launch is interpreted again (a miss, never a wrong hit). A hit rewrites the jit
 functions the remembered launch called (rewriting copies the interpreter's names into their
 modules, which a replay's module globals show), writes the bytes the launch changed, and
 returns.
 
-Entries are written when the replay process ends, outside every replayed call (a write
-inside one is an effect that keeps its test selected, `replay._audit`), one file each,
+Entries are written between replayed calls (a write inside one is an effect that keeps its
+test selected, `replay._audit`), one file each,
 content-addressed, by rename, in a folder only its user may write to (a process trusts what
 it reads there as it trusts its own results). Only the developer's machine passes a folder
 (`replayers.py`): a runner's pack never carries one.
@@ -69,6 +71,7 @@ class LaunchMemo:
         self.misses = 0
         self._pending: dict[str, bytes] = {}
         self._pending_bytes = 0
+        self._written = 0  # entries written since the folder was last trimmed
         self._sources: dict[int, tuple[object, str]] = {}  # id -> (the function, its digest)
         self._restore: list[Callable[[], None]] = []
         self._reached: list = []  # the jit functions the launch being keyed reaches
@@ -290,8 +293,9 @@ class LaunchMemo:
         return found[1]
 
     # -- entries ---------------------------------------------------------------------------
-    def flush(self) -> int:
-        """Write the launches remembered in this process; how many were written."""
+    def flush(self, trim: bool = True) -> int:
+        """Write the launches remembered since the last flush; how many were written.
+        `trim`: then keep the folder under MAX_FOLDER."""
         written = 0
         for key, data in self._pending.items():
             target = self.folder / key[:2] / key
@@ -311,8 +315,9 @@ class LaunchMemo:
                         os.unlink(tmp)
         self._pending.clear()
         self._pending_bytes = 0
-        if written:
+        if trim and (written or self._written):
             _trim(self.folder)
+        self._written = 0 if trim else self._written + written
         return written
 
 

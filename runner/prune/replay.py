@@ -34,7 +34,7 @@ from fastci.runner.prune.settle import SKIPPED, Settled
 from fastci.runner.prune.state import Digester, differing
 
 UPSTREAM_SEED = 20261129
-FLUSH_MARGIN = 0.2  # seconds before a deadline past which remembered launches are dropped
+FLUSH_MARGIN = 0.2  # seconds before a deadline past which the last launches are not written
 
 
 class ReplayResult(TypedDict, total=False):
@@ -67,12 +67,12 @@ def main(argv: list[str]) -> int:
         recorder.start()
     memo = _launch_memo(request)
     try:
-        results = _replay_all(request, root, recorder)
+        results = _replay_all(request, root, recorder, memo)
     finally:
         if memo is not None:
             memo.uninstall()
-            # after every replayed call (a write inside one is an effect), and never past a
-            # local selection's deadline: the launches are only worth a later replay's time
+            # what a cut-off call remembered, and the folder's trim: never past a local
+            # selection's deadline, since they are only worth a later replay's time
             if _seconds_left(request) > FLUSH_MARGIN:
                 memo.flush()
     overrides = {}
@@ -122,9 +122,10 @@ def _settled(request: dict) -> Settled | None:
     return Settled(plan["groups"], plan["settled"], plan.get("recorded"))
 
 
-def _replay_all(request: dict, root: str, recorder) -> dict[str, ReplayResult]:
+def _replay_all(request: dict, root: str, recorder, memo=None) -> dict[str, ReplayResult]:
     """Each capture's result, in the request's order: skipped where settled, cut off where
-    the budget ran out."""
+    the budget ran out. The launches `memo` remembered are written after each capture,
+    between replayed calls (a write inside one is an effect)."""
     settled = _settled(request)
     deadline = Deadline(_budget(request))
     results: dict[str, ReplayResult] = {}
@@ -140,6 +141,8 @@ def _replay_all(request: dict, root: str, recorder) -> dict[str, ReplayResult]:
         results[digest] = deadline.result() if result is None else result  # type: ignore[assignment]
         if settled is not None:
             settled.replayed(digest, results[digest])
+        if memo is not None:
+            memo.flush(trim=False)
     return results
 
 
