@@ -213,6 +213,9 @@ class Engine:
         if note and outcome.skipped:
             note += (f"; {outcome.skipped} replays skipped, as every test that needed them "
                      "stayed selected")
+        if note and outcome.launches[0]:
+            note += (f"; {outcome.launches[0]} kernel launches taken from earlier replays "
+                     f"({outcome.launches[1]} interpreted)")
         if note and outcome.cut:
             note += (f"; {outcome.cut} replays stopped at pruning's time limit "
                      f"({outcome.limit:.1f} s), their tests kept (prune_budget)")

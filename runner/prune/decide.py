@@ -66,6 +66,7 @@ class PruneOutcome:
     skipped: int = 0  # replays not run: every test that needed them stayed selected
     cut: int = 0  # replays cut off, or never started, when the time limit ran out
     limit: float | None = None  # the seconds each replay process had (`budget.py`)
+    launches: tuple[int, int] = (0, 0)  # kernel launches remembered, interpreted (`launches.py`)
 
 
 def candidates(selection: Selection, snapshot, old_inventories
@@ -193,7 +194,7 @@ def prune(repo: Repo, store: EvidenceStore, selection: Selection, snapshot, head
     new_selection = _apply(selection, pruned, mode, kept)
     return PruneOutcome(new_selection, pruned, kept, head_lines,
                         time.perf_counter() - started, replay_seconds, skipped,
-                        sum(map(cut_off, results)), limit)
+                        sum(map(cut_off, results)), limit, tuple(replays.launches))
 
 
 class _Replays:
@@ -213,6 +214,7 @@ class _Replays:
         self.missing: set[str] = set()
         self.corrupt: set[str] = set()  # stored bytes that do not hash to their digest
         self.found: list[Candidate] = []
+        self.launches = [0, 0]  # hits, misses over every replay process
 
     def run(self, digests: list[str], classes: list, sys_path: list[str],
             envs: dict[str, dict] | None = None, found: Sequence[Candidate] = ()) -> None:
@@ -325,6 +327,11 @@ class _Replays:
 
     def _collect(self, name: str, output: dict) -> None:
         (self.old if name == "old" else self.new).update(output.get("captures", {}))
+        counts = output.get("launches")
+        if isinstance(counts, dict):
+            for i, key in enumerate(("hits", "misses")):
+                value = counts.get(key)
+                self.launches[i] += value if isinstance(value, int) else 0
         if name == "new":
             self.overrides.update(output.get("overrides", {}))
 
