@@ -194,7 +194,8 @@ def prune(repo: Repo, store: EvidenceStore, selection: Selection, snapshot, head
     new_selection = _apply(selection, pruned, mode, kept)
     return PruneOutcome(new_selection, pruned, kept, head_lines,
                         time.perf_counter() - started, replay_seconds, skipped,
-                        sum(map(cut_off, results)), limit, tuple(replays.launches))
+                        sum(map(cut_off, results)), limit,
+                        (replays.launches[0], replays.launches[1]))
 
 
 class _Replays:

@@ -25,15 +25,15 @@ pointer loaded from a table, or a read past a tensor's end, reaches memory the k
 not hold. A launch whose key cannot be made completely (pre-run hooks, a tensor off the
 CPU, storages that overlap, more than MAX_BYTES) runs as usual. An output allocated with
 `torch.empty` holds whatever memory held, and its bytes are part of the key: where they
-differ from process to process the launch is interpreted again (a miss, never a wrong hit). A hit rewrites the jit
-functions the remembered launch called (rewriting copies the interpreter's names into their
-modules, which a replay's module globals show), writes the bytes the launch changed, and
-returns.
+differ from process to process the launch is interpreted again (a miss, never a wrong hit).
+A hit rewrites the jit functions the remembered launch called (rewriting copies the
+interpreter's names into their modules, which a replay's module globals show), writes the
+bytes the launch changed, and returns.
 
 Entries are written between replayed calls (a write inside one is an effect that keeps its
-test selected, `replay._audit`), one file each,
-content-addressed, by rename, in a folder only its user may write to (a process trusts what
-it reads there as it trusts its own results). Only the developer's machine passes a folder
+test selected, `replay._audit`), one file each, content-addressed, by rename, in a folder
+only its user may write to (a process trusts what it reads there as it trusts its own
+results). Only the developer's machine passes a folder
 (`replayers.py`): a runner's pack never carries one.
 """
 
