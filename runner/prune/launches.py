@@ -267,20 +267,18 @@ class LaunchMemo:
                 self._reached.append(value)
             return ["jit", self._code(inner, seen)]
         if inspect.isfunction(value) or inspect.isbuiltin(value) or inspect.isclass(value):
-            if _installed(value):
-                return ["installed", getattr(value, "__module__", ""),
-                        getattr(value, "__qualname__", repr(value))]
-            if not hasattr(value, "__code__"):
-                raise _Unkeyable(f"cannot describe {value!r}")
-            return ["python", self._code(value, seen)]  # a helper: its globals count too
+            return self._function(value, seen)
         return _value(value)  # anything else by value, or not keyed at all
 
-    def _function(self, fn) -> list:
+    def _function(self, fn, seen: set[int] | None = None) -> list:
+        """An installed library's function or class by name; a repository helper by its
+        code, whose globals count too."""
         if _installed(fn):
-            return ["installed", fn.__module__, getattr(fn, "__qualname__", repr(fn))]
+            return ["installed", getattr(fn, "__module__", ""),
+                    getattr(fn, "__qualname__", repr(fn))]
         if not hasattr(fn, "__code__"):
             raise _Unkeyable(f"cannot describe {fn!r}")
-        return ["python", self._code(fn, set())]
+        return ["python", self._code(fn, set() if seen is None else seen)]
 
     def _source(self, fn) -> str:
         found = self._sources.get(id(fn))
