@@ -47,6 +47,7 @@ PULL_REQUEST, BACKGROUND, REFRESH = "pull_request", "background", "refresh"
 RUN_ID = re.compile(r"[0-9a-f]{32}\Z")
 KEPT = 7 * 24 * 3600  # seconds a run's keys stay after it was last written
 LEASE = 15 * 60  # seconds an advance may hold a run before another may take it
+RELEASE_TRIES = 5  # looks at a lock whose release was aborted, before leaving it held
 
 
 # The runs this process holds, (prefix, run) -> token: a worker runs one job at a time, so
@@ -161,25 +162,41 @@ class RunStore:
     # -- who advances it -------------------------------------------------------------------
     def acquire(self, run: str, lease: float = LEASE) -> str | None:
         """A token if this caller now holds the run, else None (someone else does)."""
-        token = uuid.uuid4().hex
+        token, held = uuid.uuid4().hex, (self.prefix, run)
+        # Noted before asking: a SET that Redis applied but whose reply an outage lost
+        # leaves a lock that only this process can know is its own (`free_stranded`).
+        before, _held[held] = _held.get(held), token
         got = self.redis.set(self.key(run, "lock"), token, nx=True, ex=max(1, int(lease)))
         if not got:
+            if before is None:
+                del _held[held]
+            else:
+                _held[held] = before
             return None
-        _held[(self.prefix, run)] = token
         return token
 
     def release(self, run: str, token: str) -> None:
-        """Drop the lock if it is still this token's (a lease may have passed to another)."""
+        """Drop the lock if it is still this token's (a lease may have passed to another).
+
+        An aborted EXEC is no proof that the lock changed hands: Redis aborts a watched
+        transaction while it shuts down too (12 of 30 shutdowns that met a loop of
+        releases; `tests/test_run_state_release.py`), so it looks again. The process forgets
+        the run only once Redis said the lock is gone or another's; a release that fails
+        leaves it for `free_stranded`."""
         key = self.key(run, "lock")
-        with self.redis.pipeline() as pipe:
-            try:
-                pipe.watch(key)
-                if pipe.get(key) == token.encode():
-                    pipe.multi()
-                    pipe.delete(key)
-                    pipe.execute()
-            except WatchError:
-                pass  # it changed hands meanwhile: not ours to drop
+        for _ in range(RELEASE_TRIES):
+            with self.redis.pipeline() as pipe:
+                try:
+                    pipe.watch(key)
+                    if pipe.get(key) == token.encode():
+                        pipe.multi()
+                        pipe.delete(key)
+                        pipe.execute()
+                    break
+                except WatchError:
+                    continue  # touched meanwhile: whose it is now, the next look says
+        else:
+            return  # touched at every look: still ours for all we know
         if _held.get((self.prefix, run)) == token:
             del _held[(self.prefix, run)]
 
