@@ -5,9 +5,11 @@ only for a replay whose inputs are what was sent, and only as validated JSON."""
 from __future__ import annotations
 
 import tarfile
+import time
+from dataclasses import replace
 
 from fastci.app.replays import DEFERRED, AnsweringReplayer, DeferredReplayer
-from fastci.runner.prune.replayers import ReplayItem
+from fastci.runner.prune.replayers import ReplayItem, items_from
 
 DIGEST = "b" * 64
 OUTPUT = {"captures": {DIGEST: {"fingerprints": {"out": {"hash": "f00d", "dtype": "float32"}},
@@ -81,3 +83,26 @@ def test_a_runners_output_is_validated_and_a_failed_job_keeps_everything(tmp_pat
         "the replay job failed on the runner"
     malformed = AnsweringReplayer({"outputs": []}, deferred.digests)
     assert "malformed" in malformed.run(root, steps)["new-g0"]["captures"][DIGEST]["error"]
+
+
+def test_a_runner_never_gets_a_launch_folder(tmp_path):
+    """Remembered kernel launches are written and read only where this machine's user alone
+    may write (`launches.py`). A runner's replays get no folder: the pack the selection job
+    makes names none even when its replays had one (nor this machine's clock), and a runner
+    reading a pack that names one takes none."""
+    root, steps = scratch(tmp_path)
+    steps = [[replace(item, launches=tmp_path / "launches", until=time.monotonic() + 60)
+              for item in step] for step in steps]
+    assert steps[0][0].request(tmp_path / "out.json")["launches"] == str(tmp_path / "launches")
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    deferred = DeferredReplayer(staging)
+    deferred.run(root, steps)
+    packed = deferred.pack(tmp_path / "pack.tar.gz")
+    assert [(raw["launches"], raw["until"]) for step in packed for raw in step] == [(None, None)]
+    forged = [[{**raw, "launches": str(tmp_path / "launches")} for raw in step]
+              for step in packed]
+    for step in items_from(forged, tmp_path / "unpacked"):
+        for item in step:
+            assert item.launches is None
+            assert item.request(tmp_path / "unpacked" / "out.json")["launches"] is None
