@@ -34,12 +34,28 @@ STRINGS = {
         def lookup(name):
             return globals()[name]
     ''',
+    "pk/meta.py": "__version__ = '1.0'\n",
+    "pk/plugins.py": "LIMIT = 5\nRANK = 7\n",
+    # The repository's own `inspect` module: a name, not tooling.
+    "pk/inspect.py": '''
+        import importlib
+
+
+        def load(target):
+            module, _, name = target.rpartition(".")
+            return getattr(importlib.import_module(module), name)
+    ''',
     # Imported at collection: the tests below find every module already loaded.
     "tests/test_strings.py": '''
         import importlib
+        import inspect
+        from importlib.metadata import EntryPoint
 
         import pk.consts  # noqa: F401
+        import pk.meta  # noqa: F401
+        import pk.plugins  # noqa: F401
         import pk.registry
+        from pk.inspect import load
 
 
         def build(target):
@@ -71,6 +87,22 @@ STRINGS = {
             assert build("pk.consts.Layer")().bias == 1
 
 
+        def test_getmembers():
+            assert dict(inspect.getmembers(importlib.import_module("pk.consts")))["SPAN"] == 32
+
+
+        def test_entry_point():
+            assert EntryPoint(name="limit", value="pk.plugins:LIMIT", group="g").load() == 5
+
+
+        def test_dunder_by_string():
+            assert getattr(importlib.import_module("pk.meta"), "__version__") == "1.0"
+
+
+        def test_own_inspect_module():
+            assert load("pk.plugins.RANK") == 7
+
+
         def test_unrelated():
             assert 1 + 1 == 2
     ''',
@@ -85,7 +117,8 @@ ALL_READERS = {f"tests/test_strings.py::{n}" for n in (
 def strings(tmp_path_factory):
     from conftest import Project  # noqa: PLC0415
 
-    project = Project(tmp_path_factory.mktemp("strings") / "repo")
+    # In a folder named like a tool: a word in a path never makes code tooling.
+    project = Project(tmp_path_factory.mktemp("strings") / "coverage" / "repo")
     project.write(STRINGS)
     project.commit()
     project.record()
@@ -105,6 +138,10 @@ def failing(project) -> set[str]:
     ("pk/consts.py", "HEIGHT = 16", "HEIGHT = 17", "test_dunder_import"),
     ("pk/registry.py", "SIZE = 3", "SIZE = 4", "test_globals"),
     ("pk/consts.py", "bias = 1", "bias = 2", "test_class_by_string"),
+    ("pk/consts.py", "SPAN = 32", "SPAN = 33", "test_getmembers"),
+    ("pk/plugins.py", "LIMIT = 5", "LIMIT = 6", "test_entry_point"),
+    ("pk/meta.py", "'1.0'", "'1.1'", "test_dunder_by_string"),
+    ("pk/plugins.py", "RANK = 7", "RANK = 8", "test_own_inspect_module"),
 ])
 def test_a_name_read_by_string_selects_its_reader(strings, path, old, new, reader):
     strings.edit(path, old, new)

@@ -602,7 +602,7 @@ class Recorder:
                 rel = os.path.relpath(filename, self.root)
                 if name == "__dict__":
                     out[rel].add(DYNAMIC_ALL)
-                elif not (name.startswith("__") and name.endswith("__")):
+                elif name not in tracing.MACHINERY:
                     out[rel].add(name)
         return {p: tuple(sorted(n)) for p, n in sorted(out.items())}
 

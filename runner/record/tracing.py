@@ -12,6 +12,8 @@ import functools
 import importlib
 import os
 import sys
+import sysconfig
+from importlib.util import find_spec
 from types import FunctionType, ModuleType
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
@@ -357,7 +359,7 @@ class RecordingModule(ModuleType):
         elif kind == _SOURCE:
             unseen = name == "__dict__"
         else:
-            unseen = name == "__dict__" or not (name[:2] == "__" and name[-2:] == "__")
+            unseen = name not in MACHINERY and (kind == _OTHER or _helper_read(frame))
         try:
             value = ModuleType.__getattribute__(self, name)
         except AttributeError:
@@ -372,31 +374,88 @@ class RecordingModule(ModuleType):
 
 
 _getframe = sys._getframe
-_sites: dict = {}  # (id of code, instruction offset) -> _TOOL | _SOURCE | _OTHER
+_sites: dict = {}  # (id of code, instruction offset) -> _TOOL | _SOURCE | _OTHER | _HELPER
 _site_codes: list = []
-_TOOL, _SOURCE, _OTHER = 0, 1, 2
-# Callers that look at modules to import them, report on them or find their source (the
-# Triton JIT reads a kernel's source through inspect), or to find a class or function by its
-# name while pickling (torch.save of a captured call; multiprocessing sending a function to
-# a child, whose own evidence or its fallback covers what it runs), not to read their
-# values; and FastCI's own recording code.
-_TOOLING = ("<frozen importlib", "/importlib/", "/_pytest/", "/pluggy/", "/coverage/",
-            "/inspect.py", "/linecache.py", "/traceback.py", "/pickle.py", "/copyreg.py",
-            "/torch/serialization.py", "/multiprocessing/reduction.py",
-            os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
+_TOOL, _SOURCE, _OTHER, _HELPER = 0, 1, 2, 3
+# Names the import system and every tool read from any module: never a value a test uses.
+# Every other name counts, dunders included (`__all__` for a star import, `__version__`).
+MACHINERY = frozenset({"__spec__", "__loader__", "__path__", "__file__", "__name__",
+                       "__package__", "__cached__", "__builtins__", "__class__",
+                       "__getattr__", "__dir__"})
+# Tooling, by where its code is (never by a word in a path: a repository in a folder named
+# `coverage`, or a module of its own named `inspect.py`, is not tooling): callers that look
+# at modules to collect or report on them, FastCI's own recording code, and pickling, which
+# finds a class or function by its name (torch.save of a captured call; multiprocessing
+# sending a function to a child, whose own evidence or its fallback covers what it runs).
+# Helpers (inspect, importlib with its entry points, linecache, traceback) read on behalf
+# of a caller: they count when the first caller outside the standard library is the
+# repository's own code (`_helper_read`).
+_tool_dirs: tuple[str, ...] = ()
+_tool_files: frozenset[str] = frozenset()
+_helper_dirs: tuple[str, ...] = ()
+_helper_files: frozenset[str] = frozenset()
+_stdlib = "\0"
+_site_packages: tuple[str, ...] = ()
+
+
+def _locate() -> None:
+    """Where the tooling and the helpers are, from the modules' own specs."""
+    global _tool_dirs, _tool_files, _helper_dirs, _helper_files, _stdlib, _site_packages
+    def origin(name: str) -> list[str]:
+        try:
+            spec = find_spec(name)
+        except (ImportError, ValueError):
+            return []
+        return [os.path.abspath(spec.origin)] if spec is not None and spec.origin else []
+
+    def folder(name: str) -> list[str]:
+        return [os.path.dirname(path) + os.sep for path in origin(name)]
+
+    ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    _tool_dirs = (ours, *folder("_pytest"), *folder("pluggy"), *folder("coverage"))
+    _tool_files = frozenset([*origin("pickle"), *origin("copyreg"),
+                             *origin("multiprocessing.reduction"),
+                             *(path + "serialization.py" for path in folder("torch"))])
+    _helper_dirs = tuple(folder("importlib"))
+    _helper_files = frozenset([*origin("inspect"), *origin("linecache"),
+                               *origin("traceback")])
+    paths = sysconfig.get_paths()
+    _stdlib = os.path.abspath(paths["stdlib"]) + os.sep
+    _site_packages = tuple(sorted({os.path.abspath(paths[key]) + os.sep
+                                   for key in ("purelib", "platlib")}))
 
 
 def _site_kind(frame) -> int:
     """_TOOL: tooling; _SOURCE: `mod.NAME` or `from mod import NAME` written in a repository
-    file (the static analysis sees it); _OTHER: a read by string (getattr, vars, ...)."""
+    file (the static analysis sees it); _HELPER: a helper's, decided per read by its caller;
+    _OTHER: a read by string (getattr, vars, ...)."""
     code = frame.f_code
     _site_codes.append(code)  # kept alive, so its id is never reused while cached
     filename = code.co_filename
-    if any(part in filename for part in _TOOLING):
+    if filename in _tool_files or filename.startswith(_tool_dirs):
         return _TOOL
+    if filename.startswith("<frozen importlib") or filename in _helper_files or \
+            filename.startswith(_helper_dirs):
+        return _HELPER
     if filename.startswith(_repo_root) and code.co_code[frame.f_lasti] in _static_ops:
         return _SOURCE
     return _OTHER
+
+
+def _helper_read(frame) -> bool:
+    """Whether a helper's read counts: it does when its first caller outside the standard
+    library is repository code (a test's `inspect.getmembers(mod)`, an entry point's
+    `load()`), not for pytest's introspection or a library's (Triton reading a kernel's
+    source through inspect)."""
+    frame = frame.f_back
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not (filename.startswith("<frozen") or filename.startswith(_stdlib)) or \
+                filename.startswith(_site_packages):
+            return filename.startswith(_repo_root) and not filename.startswith(_site_packages) \
+                and not filename.startswith(_tool_dirs)
+        frame = frame.f_back
+    return False
 
 
 _original_import_module = None
@@ -424,6 +483,7 @@ def start_reading(root: str, adopt: Callable[[ModuleType], None]) -> None:
                             if n in dis.opmap)
     _repo_root = root.rstrip("/") + "/"
     _adopt = adopt
+    _locate()
 
 
 def set_context(module_reads: set | None, property_reads: set | None) -> None:
