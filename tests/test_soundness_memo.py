@@ -20,6 +20,8 @@ MEMO = {
     "pk/tables.py": '''
         import functools
 
+        from pk.deco import logged
+
 
         @functools.lru_cache(maxsize=None)
         def table(n):
@@ -48,10 +50,68 @@ MEMO = {
 
 
         GRID = Grid()
+
+
+        @logged  # a decorator over the cache hides it behind functools.wraps
+        @functools.lru_cache(maxsize=None)
+        def outer(n):
+            return n * 5
+
+
+        @functools.lru_cache(maxsize=None)
+        @logged  # ... and one under it, from another module, is skipped by a hit too
+        def inner(n):
+            return n * 6
+
+
+        @functools.lru_cache(maxsize=None)
+        def cleared(n):
+            return n * 7
+
+
+        @functools.lru_cache(maxsize=None)
+        def imported(n):
+            return n * 8
+
+
+        class Box:
+            @property
+            @functools.lru_cache(maxsize=None)
+            def size(self):
+                return 41
+
+            def __hash__(self):
+                return 0
+
+            def __eq__(self, other):
+                return isinstance(other, Box)
+
+            class Inner:
+                @functools.lru_cache(maxsize=None)
+                def depth(self):
+                    return 42
+
+                def __hash__(self):
+                    return 0
+
+                def __eq__(self, other):
+                    return isinstance(other, Box.Inner)
+    ''',
+    "pk/deco.py": '''
+        import functools
+
+
+        def logged(fn):
+            @functools.wraps(fn)
+            def wrapper(*args, **kwargs):
+                return fn(*args, **kwargs)
+            return wrapper
     ''',
     # test_a computes every value first; the tests in test_b.py only ever hit the caches.
     "tests/test_a.py": '''
-        from pk.tables import GRID, Grid, ident, table
+        from pk.tables import GRID, Box, Grid, cleared, ident, imported, inner, outer, table
+
+        FIRST = imported(3)  # computed while this file is imported
 
 
         def test_a():
@@ -59,13 +119,52 @@ MEMO = {
             assert ident(3) == 3
             assert Grid().cells() > 0
             assert GRID.width > 0
+            assert outer(3) > 0 and inner(3) > 0 and cleared(3) > 0
+            assert Box().size > 0 and Box.Inner().depth() > 0
 
 
         def test_unrelated():
             assert 1 + 1 == 2
     ''',
+    "tests/test_c.py": '''
+        from pk.tables import imported
+
+        SECOND = imported(3)  # a hit while this file is imported: the value lives on
+
+
+        def test_import_time_hit():
+            assert SECOND == 24
+    ''',
     "tests/test_b.py": '''
-        from pk.tables import GRID, Grid, ident, table
+        import pytest
+
+        from pk.tables import GRID, Box, Grid, cleared, ident, inner, outer, table
+
+
+        @pytest.fixture
+        def clear_after():
+            yield
+            cleared.cache_clear()  # after the hit: the hit count starts again from zero
+
+
+        def test_outer_decorator():
+            assert outer(3) == 15
+
+
+        def test_inner_decorator():
+            assert inner(3) == 18
+
+
+        def test_cache_cleared_after_hit(clear_after):
+            assert cleared(3) == 21
+
+
+        def test_property_over_cache():
+            assert Box().size == 41
+
+
+        def test_nested_class():
+            assert Box.Inner().depth() == 42
 
 
         def test_lru_cache():
@@ -89,7 +188,7 @@ MEMO = {
 def fails(project, test_id: str) -> bool:
     """Whether the test fails at the working tree (the escape is real, not hypothetical)."""
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "tests/test_a.py", "tests/test_b.py"],
+                           "tests/test_a.py", "tests/test_b.py", "tests/test_c.py"],
                           cwd=project.root, capture_output=True, text=True)
     return f"FAILED {test_id}" in proc.stdout
 
@@ -109,6 +208,12 @@ def memo(project):
      "tests/test_b.py::test_cached_method"),
     ("def width(self):\n        return 4", "def width(self):\n        return 5",
      "tests/test_b.py::test_cached_property"),
+    ("n * 5", "n * 50", "tests/test_b.py::test_outer_decorator"),
+    ("n * 6", "n * 60", "tests/test_b.py::test_inner_decorator"),
+    ("n * 7", "n * 70", "tests/test_b.py::test_cache_cleared_after_hit"),
+    ("return 41", "return 40", "tests/test_b.py::test_property_over_cache"),
+    ("return 42", "return 40", "tests/test_b.py::test_nested_class"),
+    ("n * 8", "n * 80", "tests/test_c.py::test_import_time_hit"),
 ])
 def test_a_cache_hit_selects_the_test_that_hit_it(memo, old, new, victim):
     memo.edit("pk/tables.py", old, new)

@@ -249,12 +249,11 @@ class _Session:
         if self.recorder is None or not isinstance(collector, pytest.File):
             return (yield)
         rel = Path(str(collector.path)).resolve().relative_to(self.recorder.repo.root.resolve())
-        self.recorder.scan_modules()
-        self.recorder.push(f"collect:{rel.as_posix()}")
+        self.recorder.begin_collect(rel.as_posix())
         try:
             return (yield)
         finally:
-            self.recorder.pop()
+            self.recorder.end_collect()
 
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]
                                       ) -> None:

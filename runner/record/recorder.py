@@ -319,6 +319,18 @@ class Recorder:
         if filename.startswith(self.root):
             self.kernels[self.context].add((os.path.relpath(filename, self.root), qualname))
 
+    # -- per test file, while pytest imports it ----------------------------------------------
+    def begin_collect(self, path: str) -> None:
+        self.scan_modules()
+        self.memo.begin()
+        self.push(f"collect:{path}")
+
+    def end_collect(self) -> None:
+        """A cache that answered while the test file was imported (`B = table(3)` at module
+        level) counts for each of its tests: the value lives on in the module."""
+        self.memo_hits[self.context] = self.memo.end()
+        self.pop()
+
     # -- per test ----------------------------------------------------------------------------
     def begin_test(self, nodeid: str, shared_contexts: list[str]) -> None:
         self.scan_modules()
@@ -558,7 +570,11 @@ class Recorder:
         # A launch is evidence even without its lines; so is a cache hit of a memoized
         # function or a cached property read (the body ran for another test).
         for path, qualname in self._credited(nodeid, test, seen):
-            if path in inventories and qualname not in blocks.get(path, ()):
+            fb = inventories.get(path)
+            if fb is None:
+                continue
+            qualname = _enclosing_block(fb.by_qualname(), qualname)
+            if qualname not in blocks.get(path, ()):
                 blocks[path] = tuple(sorted({*blocks.get(path, ()), qualname}))
         return blocks
 
@@ -580,9 +596,11 @@ class Recorder:
         return session_files
 
     def _memoized(self, nodeid: str, test: _Test) -> set[tuple[str, str]]:
-        """Memoized functions whose cache answered the test, and cached properties it read."""
-        out = set(self.memo_hits.get(nodeid, ()))
-        for context in self._contexts_of(nodeid, test):
+        """Memoized functions whose cache answered the test or its file's import, and cached
+        properties either read."""
+        collect = "collect:" + nodeid.split("::", 1)[0]
+        out = set(self.memo_hits.get(nodeid, ())) | set(self.memo_hits.get(collect, ()))
+        for context in [*self._contexts_of(nodeid, test), collect]:
             for func in self.property_reads.get(context, ()):
                 code = getattr(func, "__code__", None)
                 where = self._owner(code) if code is not None else None
@@ -893,3 +911,14 @@ def merge_recordings(recordings: list[Recording]) -> Recording:
                      finished_at=max(r.finished_at for r in recordings),
                      order=list(dict.fromkeys(order)), scope=dict(first.scope))
 
+
+def _enclosing_block(blocks, qualname: str) -> str:
+    """The block a credited function belongs to: a function nested in another
+    (`deco.<locals>.wrapper`, a decorator's wrapper under a cache) is part of its enclosing
+    function's block."""
+    name = qualname
+    while name not in blocks and "." in name:
+        name = name.rsplit(".", 1)[0]
+        if name.endswith(".<locals>"):
+            name = name[:-len(".<locals>")]
+    return name if name in blocks else qualname

@@ -184,6 +184,10 @@ def _lru_type() -> type | None:
     return getattr(functools, "_lru_cache_wrapper", None)
 
 
+NESTED_CLASSES = 8  # levels of classes in classes looked into for cached methods
+WRAPPED_DEPTH = 16  # decorators followed through __wrapped__
+
+
 class MemoWatch:
     """The functools.lru_cache / functools.cache wrappers of repository functions found in
     repository modules (module level and class level), and their hit counts around a test.
@@ -198,7 +202,7 @@ class MemoWatch:
         self._ids: set[int] = set()
         self._seen: set[str] = set()
         self._count = -1
-        self._before: list[int] = []
+        self._before: list[tuple[int, int]] = []
         self._lru = _lru_type()
 
     def scan(self, modules: Callable[[], list]) -> None:
@@ -210,47 +214,79 @@ class MemoWatch:
             if name in self._seen:
                 continue
             self._seen.add(name)
-            namespace = _namespace(module)
-            for value in list(namespace.values()):
+            for value in list(_namespace(module).values()):
                 self._consider(value)
                 if isinstance(value, type) and value.__dict__.get("__module__") == name:
-                    for member in list(value.__dict__.values()):
-                        self._consider(getattr(member, "__func__", member))
+                    self._members(value, name, depth=0)
+
+    def _members(self, cls: type, module: str, depth: int) -> None:
+        """A class's cached methods, also under a property (`@property` over a cache),
+        classmethod or staticmethod, and in the classes nested in it."""
+        for member in list(cls.__dict__.values()):
+            if isinstance(member, property):
+                for accessor in (member.fget, member.fset, member.fdel):
+                    self._consider(accessor)
+            else:
+                self._consider(getattr(member, "__func__", member))
+            if isinstance(member, type) and depth < NESTED_CLASSES and \
+                    member.__dict__.get("__module__") == module:
+                self._members(member, module, depth + 1)
 
     def _consider(self, value: object) -> None:
-        if id(value) in self._ids:
+        # A user decorator over the cache (functools.wraps) hides it: follow __wrapped__.
+        for _ in range(WRAPPED_DEPTH):
+            if value is None or id(value) in self._ids or self._is_cache(value):
+                break
+            value = getattr(value, "__wrapped__", None) if type(value) is FunctionType \
+                else None
+        if value is None or id(value) in self._ids or not self._is_cache(value):
             return
-        kind = type(value)
-        if kind is not self._lru and not (kind is FunctionType and "cache_info" in
-                                           getattr(value, "__dict__", ())):
-            return
+        # A decorator under the cache: a hit skips its wrapper and the function it wraps,
+        # so each repository function on the chain is credited.
+        where = []
         wrapped = getattr(value, "__wrapped__", None)
-        code = getattr(wrapped, "__code__", None)
-        where = self.owner(code) if code is not None else None
-        if where is None:
+        for _ in range(WRAPPED_DEPTH):
+            code = getattr(wrapped, "__code__", None)
+            if code is None:
+                break
+            owner = self.owner(code)  # by its code: functools.wraps copies the name
+            if owner is not None:
+                where.append(owner)
+            wrapped = getattr(wrapped, "__wrapped__", None)
+        if not where:
             return
         self._ids.add(id(value))
-        self.wrappers.append((value, (where[0], getattr(wrapped, "__qualname__", where[1]))))
+        self.wrappers.extend((value, w) for w in where)
+
+    def _is_cache(self, value: object) -> bool:
+        """functools' C cache wrapper, or its pure-Python stand-in."""
+        return type(value) is self._lru or (type(value) is FunctionType and
+                                             "cache_info" in value.__dict__)
 
     def begin(self) -> None:
         self._before = [_hits(w) for w, _ in self.wrappers]
 
     def end(self) -> set[tuple[str, str]]:
         """The functions whose cache answered during the test (wrappers found since `begin`
-        count from zero hits, which is conservative)."""
+        count from zero hits, which is conservative); a cache cleared meanwhile counts too:
+        `cache_clear()` zeroes the counts, so a hit before it would not show."""
         before = self._before
         out = set()
         for i, (wrapper, where) in enumerate(self.wrappers):
-            if _hits(wrapper) > (before[i] if i < len(before) else 0):
+            hits, calls = _hits(wrapper)
+            hits_before, calls_before = before[i] if i < len(before) else (0, 0)
+            if hits > hits_before or calls < calls_before:  # a hit, or a cache_clear()
                 out.add(where)
         return out
 
 
-def _hits(wrapper) -> int:
+def _hits(wrapper) -> tuple[int, int]:
+    """(hits, hits and misses) of a cache wrapper: `cache_clear()` sets both to zero."""
     try:
-        return wrapper.cache_info().hits
+        info = wrapper.cache_info()
+        return info.hits, info.hits + info.misses
     except Exception:  # a wrapper that no longer answers: count it as hit (selects more)
-        return 1 << 62
+        return 1 << 62, 1 << 62
 
 
 def _namespace(module) -> dict:
