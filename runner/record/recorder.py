@@ -598,7 +598,7 @@ class Recorder:
     def _memoized(self, nodeid: str, test: _Test) -> set[tuple[str, str]]:
         """Memoized functions whose cache answered the test or its file's import, and cached
         properties either read."""
-        collect = "collect:" + nodeid.split("::", 1)[0]
+        collect = _collect_context(nodeid)
         out = set(self.memo_hits.get(nodeid, ())) | set(self.memo_hits.get(collect, ()))
         for context in [*self._contexts_of(nodeid, test), collect]:
             for func in self.property_reads.get(context, ()):
@@ -612,7 +612,7 @@ class Recorder:
         """path -> names the test read by string. Reads while its test file was imported,
         or at session start (conftest files), count for it too: their values live on."""
         contexts = [*self._contexts_of(nodeid, test),
-                    "collect:" + nodeid.split("::", 1)[0], SESSION_CONTEXT]
+                    _collect_context(nodeid), SESSION_CONTEXT]
         out: dict[str, set[str]] = defaultdict(set)
         for context in contexts:
             for module, name in self.module_reads.get(context, ()):
@@ -922,3 +922,8 @@ def _enclosing_block(blocks, qualname: str) -> str:
         if name.endswith(".<locals>"):
             name = name[:-len(".<locals>")]
     return name if name in blocks else qualname
+
+
+def _collect_context(nodeid: str) -> str:
+    """The context of the test file's import: what it read or hit then counts for its tests."""
+    return "collect:" + nodeid.split("::", 1)[0]
