@@ -97,6 +97,14 @@ MEMO = {
                 def __eq__(self, other):
                     return isinstance(other, Box.Inner)
     ''',
+    "pk/reloaded.py": '''
+        import functools
+
+
+        @functools.lru_cache(maxsize=None)
+        def twice(n):
+            return n * 2
+    ''',
     "pk/deco.py": '''
         import functools
 
@@ -109,6 +117,7 @@ MEMO = {
     ''',
     # test_a computes every value first; the tests in test_b.py only ever hit the caches.
     "tests/test_a.py": '''
+        import pk.reloaded  # watched from here: test_reload's reload builds a new cache
         from pk.tables import GRID, Box, Grid, cleared, ident, imported, inner, outer, table
 
         FIRST = imported(3)  # computed while this file is imported
@@ -121,6 +130,13 @@ MEMO = {
             assert GRID.width > 0
             assert outer(3) > 0 and inner(3) > 0 and cleared(3) > 0
             assert Box().size > 0 and Box.Inner().depth() > 0
+
+
+        def test_reload():
+            import importlib
+
+            importlib.reload(pk.reloaded)  # new cache wrappers, in the same module object
+            assert pk.reloaded.twice(3) > 0
 
 
         def test_unrelated():
@@ -171,6 +187,12 @@ MEMO = {
             assert table(3) == [0, 2, 4]
 
 
+        def test_after_reload():
+            import pk.reloaded
+
+            assert pk.reloaded.twice(3) == 6
+
+
         def test_cache():
             assert ident(3) == 3
 
@@ -214,9 +236,10 @@ def memo(project):
     ("return 41", "return 40", "tests/test_b.py::test_property_over_cache"),
     ("return 42", "return 40", "tests/test_b.py::test_nested_class"),
     ("n * 8", "n * 80", "tests/test_c.py::test_import_time_hit"),
+    ("n * 2", "n * 20", "tests/test_b.py::test_after_reload"),
 ])
 def test_a_cache_hit_selects_the_test_that_hit_it(memo, old, new, victim):
-    memo.edit("pk/tables.py", old, new)
+    memo.edit("pk/reloaded.py" if "test_after_reload" in victim else "pk/tables.py", old, new)
     assert fails(memo, victim)
     selected = memo.selected()
     assert victim in selected

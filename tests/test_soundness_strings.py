@@ -35,6 +35,18 @@ STRINGS = {
             return globals()[name]
     ''',
     "pk/meta.py": "__version__ = '1.0'\n",
+    # A star import that first imports its module reads it before FastCI could hook it
+    # after the import: it is hooked as it is created.
+    "pk/starry.py": "__all__ = ['STAR', 'OTHER']\nSTAR = 9\nOTHER = 0\n",
+    "pk/facade.py": "from pk.starry import *  # noqa: F403\n",
+    "tests/test_star.py": '''
+        import importlib
+
+
+        def test_star_import():
+            name = "STAR"
+            assert getattr(importlib.import_module("pk.facade"), name) == 9
+    ''',
     "pk/plugins.py": "LIMIT = 5\nRANK = 7\n",
     # The repository's own `inspect` module: a name, not tooling.
     "pk/inspect.py": '''
@@ -156,6 +168,20 @@ def test_a_name_read_by_string_selects_its_reader(strings, path, old, new, reade
         assert decisions["tests/test_strings.py::test_unrelated"]["decision"] == "skipped"
     finally:
         strings.edit(path, new, old)
+
+
+def test_a_star_import_that_first_imports_a_module_selects_its_reader(strings):
+    strings.edit("pk/starry.py", "STAR = 9", "STAR = 10")
+    try:
+        reader = "tests/test_star.py::test_star_import"
+        assert failing(strings) == {reader}
+        decisions = strings.decisions()
+        assert decisions[reader]["decision"] == "selected"
+        assert any("by string" in r and "pk/starry.py::STAR" in r
+                   for r in decisions[reader]["reasons"])
+        assert decisions["tests/test_strings.py::test_unrelated"]["decision"] == "skipped"
+    finally:
+        strings.edit("pk/starry.py", "STAR = 10", "STAR = 9")
 
 
 def test_reads_by_string_are_exact_by_name(strings):

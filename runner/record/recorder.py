@@ -152,7 +152,7 @@ class Recorder:
         child.after_import("torch._dynamo", compiled.install)
         child.after_import("torch.jit", compiled.install_script)
         tracing.patch_cached_property()
-        tracing.start_reading(self.root, self._adopt)
+        tracing.start_reading(self.root, self._adopt, self._loaded)
         self._route(SESSION_CONTEXT)
         self.children = Children(self.root, omit, self._detach_in_fork)
         self.children.start()
@@ -256,6 +256,12 @@ class Recorder:
         if type(module) is ModuleType and self._repository_module(str(name), module):
             module.__class__ = tracing.RecordingModule
             self._hooked.append(module)
+
+    def _loaded(self, module) -> None:
+        """A repository module's body ran: a reload (or a first import) built new caches."""
+        name = str(tracing._namespace(module).get("__name__", ""))
+        if self._repository_module(name, module):
+            self.memo.rescan(name, module)
 
     def scan_modules(self) -> None:
         """Hook repository modules imported since the last look, and find their memoized

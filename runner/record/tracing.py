@@ -10,6 +10,7 @@ from __future__ import annotations
 import dis
 import functools
 import importlib
+import importlib.abc
 import os
 import sys
 import sysconfig
@@ -211,13 +212,16 @@ class MemoWatch:
             return
         self._count = len(sys.modules)
         for name, module in modules():
-            if name in self._seen:
-                continue
-            self._seen.add(name)
-            for value in list(_namespace(module).values()):
-                self._consider(value)
-                if isinstance(value, type) and value.__dict__.get("__module__") == name:
-                    self._members(value, name, depth=0)
+            if name not in self._seen:
+                self.rescan(name, module)
+
+    def rescan(self, name: str, module) -> None:
+        """Look at one module (again, after `importlib.reload` built new caches in it)."""
+        self._seen.add(name)
+        for value in list(_namespace(module).values()):
+            self._consider(value)
+            if isinstance(value, type) and value.__dict__.get("__module__") == name:
+                self._members(value, name, depth=0)
 
     def _members(self, cls: type, module: str, depth: int) -> None:
         """A class's cached methods, also under a property (`@property` over a cache),
@@ -372,6 +376,7 @@ _module_reads: set | None = None  # (module, name) read by string, this context
 _static_ops: frozenset[int] = frozenset()
 _repo_root = "\0"
 _adopt: Callable[[ModuleType], None] | None = None
+_loaded: Callable[[ModuleType], None] | None = None
 
 
 class RecordingModule(ModuleType):
@@ -497,10 +502,60 @@ def _helper_read(frame) -> bool:
 _original_import_module = None
 
 
-def start_reading(root: str, adopt: Callable[[ModuleType], None]) -> None:
+class _HookOnCreate(importlib.abc.MetaPathFinder):
+    """Hands each repository module to `_adopt` as it is created, before its body runs: a
+    star import that imports a module first reads its `__all__` and names through the hook,
+    and so does a child process that imports the repository itself."""
+
+    def __init__(self) -> None:
+        self._finding = False
+
+    def find_spec(self, name, path, target=None):
+        if self._finding or _adopt is None:
+            return None
+        self._finding = True
+        try:
+            spec = spec_from_others(self, name, path, target)
+        finally:
+            self._finding = False
+        origin = getattr(spec, "origin", None)
+        if spec is None or not isinstance(origin, str) or not origin.startswith(_repo_root):
+            return spec
+        loader = spec.loader
+        if loader is None or isinstance(loader, type) \
+                or not callable(getattr(loader, "exec_module", None)):
+            return spec
+        original = loader.exec_module
+
+        def exec_module(module):
+            adopt = _adopt
+            if adopt is not None and type(module) is ModuleType:
+                adopt(module)
+            try:
+                original(module)
+            finally:
+                try:
+                    del loader.exec_module  # the loader's own method again
+                except AttributeError:
+                    pass  # another finder's wrapper put it back already
+            loaded = _loaded
+            if loaded is not None:
+                loaded(module)  # a first import or a reload: its caches are new
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]  # on purpose: adopts first
+        return spec
+
+
+_hook_on_create = _HookOnCreate()
+
+
+def start_reading(root: str, adopt: Callable[[ModuleType], None],
+                  loaded: Callable[[ModuleType], None] | None = None) -> None:
     """Hook reads by string until `stop_reading`; `adopt(module)` hooks a repository module
-    (importlib.import_module's answers are adopted before the caller reads from them)."""
-    global _static_ops, _repo_root, _adopt, _original_import_module
+    (importlib.import_module's answers are adopted before the caller reads from them, and
+    modules imported from now on as they are created); `loaded(module)` is told when a
+    repository module's body has run, on its first import or on `importlib.reload`."""
+    global _static_ops, _repo_root, _adopt, _loaded, _original_import_module
     if _original_import_module is None:
         original = _original_import_module = importlib.import_module
 
@@ -519,7 +574,10 @@ def start_reading(root: str, adopt: Callable[[ModuleType], None]) -> None:
                             if n in dis.opmap)
     _repo_root = root.rstrip("/") + "/"
     _adopt = adopt
+    _loaded = loaded
     _locate()
+    if _hook_on_create not in sys.meta_path:
+        sys.meta_path.insert(0, _hook_on_create)
 
 
 def set_context(module_reads: set | None, property_reads: set | None) -> None:
@@ -530,9 +588,11 @@ def set_context(module_reads: set | None, property_reads: set | None) -> None:
 
 
 def stop_reading(modules: list[ModuleType]) -> None:
-    global _module_reads, _adopt, _original_import_module
+    global _module_reads, _adopt, _loaded, _original_import_module
     _module_reads = None
-    _adopt = None
+    _adopt = _loaded = None
+    if _hook_on_create in sys.meta_path:
+        sys.meta_path.remove(_hook_on_create)
     if _original_import_module is not None:
         importlib.import_module = _original_import_module
         _original_import_module = None
