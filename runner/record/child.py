@@ -20,8 +20,10 @@ test context, `FASTCI_CHILD_TAG`):
 - `<pid>-<nonce>.start` as it starts: the parent then knows a child ran, whatever follows;
 - `<pid>-<nonce>.json` as it ends (normal exit, `os._exit`, SIGTERM): the lines it executed
   under the repository, the non-Python files it opened, the Triton kernels it launched, the
-  torch.distributed groups it joined, how many Python children it started itself, and
-  whether it entered torch.compile'd code (with the lines dynamo traced, `compiled.py`);
+  torch.distributed groups it joined, how many Python children it started itself, the names
+  it read by string and, a fork of the test's process, the caches it hit
+  (`tracing.Reached`), and whether it entered torch.compile'd code (with the lines dynamo
+  traced, `compiled.py`);
   and, when its test captures calls for pruning, the calls it captured once it imported
   torch, with the lines each ran (`child_capture.py`; the saved calls beside it).
 
@@ -40,6 +42,7 @@ import os
 import signal
 import sys
 import threading
+from types import ModuleType
 
 from fastci.runner.record import compiled, nudge, tracing
 
@@ -95,6 +98,7 @@ class _State:
 
 
 _state: _State | None = None
+_reached: tracing.Reached | None = None  # reads by string (and a fork's cache hits)
 _hooks_installed = False
 _starting = False  # `start_coverage` runs: its plugin load must not begin a second record
 _real_exit = os._exit
@@ -117,6 +121,7 @@ def begin(tag: str, folder: str, root: str, cov, lines=None) -> None:
     yet to start), and then our recorder starts here where it can."""
     global _state
     _state = _State(tag, folder, root, cov)
+    _start_reaching(root)
     if lines is not None:
         _state.main_started = True
         _state.lines = lines
@@ -131,6 +136,41 @@ def begin(tag: str, folder: str, root: str, cov, lines=None) -> None:
                                        "argv": _argv(), "tag": tag})
     except OSError:
         _state = None  # nowhere to write: no marker, so the parent counts a silent child
+
+
+def reach_with(reached: tracing.Reached) -> None:
+    """A fork of the recording process reports what the recorder's hooks see in it."""
+    global _reached
+    _reached = reached
+
+
+def _start_reaching(root: str) -> None:
+    """Note reads by string from here on. A fresh interpreter hooks the repository's modules
+    itself (those imported already, and each one as it is created); a fork inherits hooked
+    modules and counts afresh."""
+    global _reached
+    if _reached is None:
+        _reached = tracing.Reached(root)
+        tracing.start_reading(root, _adopt_module)
+        for module in list(sys.modules.values()):
+            _adopt_module(module)
+    _reached.restart()
+
+
+def _adopt_module(module) -> None:
+    """Hook a module of the repository for reads by string (its parent keeps those of files
+    in the repository's tree, so a module outside it only costs its reads' hook)."""
+    state = _state
+    if state is None or type(module) is not ModuleType:
+        return
+    namespace = tracing._namespace(module)
+    filename, name = namespace.get("__file__"), namespace.get("__name__")
+    if not isinstance(filename, str) or not isinstance(name, str) or \
+            name.startswith("fastci.runner.record"):
+        return
+    rel = filename[len(state.root):].lstrip("/") if filename.startswith(state.root) else ""
+    if rel and not rel.startswith(".") and "site-packages/" not in rel:
+        module.__class__ = tracing.RecordingModule
 
 
 def own_lines(root: str):
@@ -234,6 +274,7 @@ def _finish(state: _State, event: str) -> None:
         cov = getattr(process_startup, "coverage", None)
     lines: dict | None = None if state.main_started else {}  # ended in start-up: ran nothing
     captured = None
+    reached: dict = {}
     running = state.lines is not None or cov is not None
     error = None if running or lines is not None else "coverage was not running"
     if running:
@@ -244,6 +285,7 @@ def _finish(state: _State, event: str) -> None:
                 for filename, ls in files.items():
                     lines.setdefault(filename, set()).update(ls)
             lines = {f: sorted(ls) for f, ls in lines.items()}
+            reached = _reached.report() if _reached is not None else {}
             if state.capture is not None:
                 from fastci.runner.record import child_capture  # noqa: PLC0415
 
@@ -264,6 +306,7 @@ def _finish(state: _State, event: str) -> None:
             "tag": state.tag, "argv": _argv(), "lines": lines, "files": sorted(state.files),
             "kernels": sorted(state.kernels), "ranks": state.ranks,
             "spawned": state.spawned, "compiled": state.compiled, "error": error,
+            "reads": reached.get("reads", []), "credited": reached.get("credited", []),
             "capture": captured if lines is not None else None})
     except OSError:
         pass

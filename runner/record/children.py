@@ -43,6 +43,8 @@ class ChildEvidence:
     ranks: list[dict] = field(default_factory=list)
     processes: list[str] = field(default_factory=list)  # "pid: argv" of each child merged
     compiled: bool = False  # a child entered torch.compile'd code (compiled.py)
+    reads: set[tuple[str, str]] = field(default_factory=set)  # (module file, name) by string
+    credited: set[tuple[str, str]] = field(default_factory=set)  # (file, qualname) cache hits
     captured: list[dict] = field(default_factory=list)
     """Per child that captured its module calls (`child_capture.report`, blobs moved out of
     the children's folder): its lines are there, split by call, and not in `lines`."""
@@ -178,6 +180,8 @@ class Children:
                     merged.lines[filename].update(ls)
             merged.files.update(report.get("files", ()))
             merged.kernels.update(tuple(k) for k in report.get("kernels", ()))
+            merged.reads.update(tuple(r) for r in report.get("reads", ()))
+            merged.credited.update(tuple(c) for c in report.get("credited", ()))
             merged.ranks.extend(report.get("ranks", ()))
             merged.processes.append(_who(str(report["pid"]), report))
             merged.compiled = merged.compiled or bool(report.get("compiled"))

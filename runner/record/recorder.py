@@ -124,6 +124,9 @@ class Recorder:
         self.memo_hits: dict[str, set[tuple[str, str]]] = {}
         self.property_reads: dict[str, set] = defaultdict(set)
         self.module_reads: dict[str, set] = defaultdict(set)
+        # ... and the same, reached in the children of a context: (path, name or qualname).
+        self.child_reads: dict[str, set[tuple[str, str]]] = defaultdict(set)
+        self.child_credited: dict[str, set[tuple[str, str]]] = defaultdict(set)
         self.item_code: dict[str, dict[str, str]] = {}
         self._hooked: list = []
         self._module_count = -1
@@ -176,6 +179,8 @@ class Recorder:
         self.children = None
         if self.capture is not None:  # the child captures on its own (`child_capture.py`)
             self.capture.end_test()
+        # It inherits the filled caches and the hooked modules: it reports its own hits.
+        child.reach_with(tracing.Reached(self.root, self.memo))
 
     def _boundary(self, context: str) -> None:
         """Between contexts: credit the kernel's file events so far to the one that ends,
@@ -473,13 +478,26 @@ class Recorder:
                 modules=self._module_evidence(nodeid, test, lines_by_context),
                 dynamic=self._dynamic_reads(nodeid, test),
                 code=self._item_code(nodeid, shas),
-                child_blocks={p: tuple(sorted({inventories[p].owner_of(n) for n in ls}))
-                              for p, ls in in_children.items() if p in inventories},
+                child_blocks=self._child_blocks(contexts, in_children, inventories),
                 ranks=self.children.ranks_of(contexts) if self.children else (),
                 file_events=watched and not self.file_events_lost.intersection(contexts),
                 credited=_by_path(p for p in self._credited(nodeid, test, seen)
                                   if p[0] in inventories))
         return tests
+
+    def _child_blocks(self, contexts: list[str], in_children: dict[str, set[int]],
+                      inventories: dict[str, FileBlocks]) -> dict[str, tuple[str, ...]]:
+        """Blocks the test's children ran, or reached through a cache: never pruned, since
+        a replay runs in the test's own process."""
+        out: dict[str, set[str]] = defaultdict(set)
+        for path, ls in in_children.items():
+            if path in inventories:
+                out[path] |= {inventories[path].owner_of(n) for n in ls}
+        for context in contexts:
+            for path, qualname in self.child_credited.get(context, ()):
+                if path in inventories:
+                    out[path].add(_enclosing_block(inventories[path].by_qualname(), qualname))
+        return {p: tuple(sorted(q)) for p, q in out.items()}
 
     def _finish_file_events(self) -> bool:
         """The last kernel file events, credited to the context still open; whether every
@@ -510,6 +528,12 @@ class Recorder:
             self.files[tag] |= {f for f in evidence.files if tracing.wants(f, self.root)}
             self.kernels[tag] |= {(os.path.relpath(f, self.root), q)
                                   for f, q in evidence.kernels}
+            for into, pairs in ((self.child_reads, evidence.reads),
+                                (self.child_credited, evidence.credited)):
+                for filename, name in pairs:
+                    rel = os.path.relpath(filename, self.root)
+                    if rel in self.tree:
+                        into[tag].add((rel, name))
             if evidence.compiled:  # it may have run what this process compiled (a fork)
                 self.compiled_contexts.add(tag)
         return child_lines
@@ -607,6 +631,7 @@ class Recorder:
         collect = _collect_context(nodeid)
         out = set(self.memo_hits.get(nodeid, ())) | set(self.memo_hits.get(collect, ()))
         for context in [*self._contexts_of(nodeid, test), collect]:
+            out |= self.child_credited.get(context, set())
             for func in self.property_reads.get(context, ()):
                 code = getattr(func, "__code__", None)
                 where = self._owner(code) if code is not None else None
@@ -621,9 +646,10 @@ class Recorder:
                     _collect_context(nodeid), SESSION_CONTEXT]
         out: dict[str, set[str]] = defaultdict(set)
         for context in contexts:
-            for module, name in self.module_reads.get(context, ()):
-                filename = tracing._namespace(module).get("__file__") or ""
-                rel = os.path.relpath(filename, self.root)
+            reads = [(os.path.relpath(tracing._namespace(module).get("__file__") or "",
+                                      self.root), name)
+                     for module, name in self.module_reads.get(context, ())]
+            for rel, name in [*reads, *self.child_reads.get(context, ())]:
                 if name == "__dict__":
                     out[rel].add(DYNAMIC_ALL)
                 elif name not in tracing.MACHINERY:

@@ -587,6 +587,43 @@ def set_context(module_reads: set | None, property_reads: set | None) -> None:
     _property_reads = property_reads
 
 
+class Reached:
+    """What a child process reaches without running lines, for its evidence file: names it
+    reads by string, and, in a fork of the recording process (which inherits its filled
+    caches and its hooked modules), its cache hits and the cached properties it reads."""
+
+    def __init__(self, root: str, memo: MemoWatch | None = None) -> None:
+        self.root = root
+        self.memo = memo
+        self.module_reads: set = set()
+        self.property_reads: set = set()
+
+    def restart(self) -> None:
+        """Count from here (a fork's parent reached the rest) into this process's own sets."""
+        self.module_reads, self.property_reads = set(), set()
+        set_context(self.module_reads, self.property_reads)
+        if self.memo is not None:
+            self.memo.begin()
+
+    def report(self) -> dict[str, list[tuple[str, str]]]:
+        """{"reads": (module file, name) read by string, "credited": (file, qualname) of
+        functions whose cache answered or whose cached property was read}, files absolute."""
+        reads = set()
+        for module, name in self.module_reads:
+            filename = _namespace(module).get("__file__")
+            if isinstance(filename, str) and name not in MACHINERY:
+                reads.add((filename, name))
+        credited = set()
+        if self.memo is not None:
+            credited = {(os.path.join(self.root, path), qualname)
+                        for path, qualname in self.memo.end()}
+        for func in self.property_reads:
+            code = getattr(func, "__code__", None)
+            if code is not None:
+                credited.add((code.co_filename, getattr(func, "__qualname__", code.co_name)))
+        return {"reads": sorted(reads), "credited": sorted(credited)}
+
+
 def stop_reading(modules: list[ModuleType]) -> None:
     global _module_reads, _adopt, _loaded, _original_import_module
     _module_reads = None

@@ -1,0 +1,141 @@
+"""Cache hits and names read by string inside a test's child processes.
+
+A forked child inherits its parent's filled caches and hooked modules: a hit or a read by
+string there happens in the child's copy of the recorder, so the child must report them. A
+fresh interpreter (`python -c ...`) imports the repository itself: its reads by string must
+be recorded there. Each case breaks the value its reader gets only in the child, so that the
+reader fails, and checks that FastCI selects it and still skips a test reading nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+CHILDREN = {
+    "pyproject.toml": "[project]\nname = 'pk'\nversion = '0'\n",
+    "pk/__init__.py": "",
+    "pk/consts.py": "SCALE = 2\nWIDTH = 4\nUNUSED = 0\n",
+    "pk/tables.py": '''
+        import functools
+
+
+        @functools.lru_cache(maxsize=None)
+        def table(n):
+            return n * 2
+
+
+        class Grid:
+            @functools.cached_property
+            def width(self):
+                return 4
+
+
+        GRID = Grid()
+    ''',
+    "tests/helpers.py": '''
+        import os
+
+
+        def in_fork(check):
+            """Run `check()` in a forked child; True when it returned True."""
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    code = 0 if check() else 1
+                finally:
+                    os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            return os.waitstatus_to_exitcode(status) == 0
+    ''',
+    # test_a fills the caches in this process; test_b's children only ever hit them.
+    "tests/test_a.py": '''
+        import pk.consts  # noqa: F401 (imported here: the children find it loaded)
+        from pk.tables import GRID, table
+
+
+        def test_a():
+            assert table(3) > 0
+            assert GRID.width > 0
+
+
+        def test_unrelated():
+            assert 1 + 1 == 2
+    ''',
+    "tests/test_b.py": '''
+        import importlib
+        import subprocess
+        import sys
+
+        from helpers import in_fork
+        from pk.tables import GRID, table
+
+        READ = ("import importlib, sys; "
+                "sys.exit(getattr(importlib.import_module('pk.consts'), 'WIDTH') != 4)")
+
+
+        def test_fork_cache_hit():
+            assert in_fork(lambda: table(3) == 6)
+
+
+        def test_fork_cached_property():
+            assert in_fork(lambda: GRID.width == 4)
+
+
+        def test_fork_read_by_string():
+            assert in_fork(lambda: getattr(importlib.import_module("pk.consts"), "SCALE") == 2)
+
+
+        def test_spawn_read_by_string():
+            assert subprocess.run([sys.executable, "-c", READ]).returncode == 0
+    ''',
+}
+
+
+@pytest.fixture(scope="module")
+def children(tmp_path_factory):
+    from conftest import Project  # noqa: PLC0415
+
+    project = Project(tmp_path_factory.mktemp("child-reads") / "repo")
+    project.write(CHILDREN)
+    project.commit()
+    project.record()
+    return project
+
+
+def failing(project) -> set[str]:
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-rf", "tests/test_a.py", "tests/test_b.py"], cwd=project.root,
+                          capture_output=True, text=True, timeout=300)
+    return {line.split()[1] for line in proc.stdout.splitlines() if line.startswith("FAILED ")}
+
+
+@pytest.mark.parametrize("path, old, new, reader", [
+    ("pk/tables.py", "n * 2", "n * 3", "test_fork_cache_hit"),
+    ("pk/tables.py", "return 4", "return 5", "test_fork_cached_property"),
+    ("pk/consts.py", "SCALE = 2", "SCALE = 3", "test_fork_read_by_string"),
+    ("pk/consts.py", "WIDTH = 4", "WIDTH = 5", "test_spawn_read_by_string"),
+])
+def test_a_child_s_hit_or_read_selects_its_test(children, path, old, new, reader):
+    children.edit(path, old, new)
+    try:
+        reader = f"tests/test_b.py::{reader}"
+        assert reader in failing(children)
+        decisions = children.decisions()
+        assert decisions[reader]["decision"] == "selected", decisions[reader]
+        assert decisions["tests/test_a.py::test_unrelated"]["decision"] == "skipped"
+    finally:
+        children.edit(path, new, old)
+
+
+def test_a_child_s_reads_are_exact_by_name(children):
+    """A child that read SCALE by string does not depend on every value of the module."""
+    children.edit("pk/consts.py", "UNUSED = 0", "UNUSED = 1")
+    try:
+        selected = children.selected()
+        assert "tests/test_b.py::test_fork_read_by_string" not in selected
+        assert "tests/test_b.py::test_fork_cache_hit" not in selected
+    finally:
+        children.edit("pk/consts.py", "UNUSED = 1", "UNUSED = 0")
