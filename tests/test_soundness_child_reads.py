@@ -8,10 +8,8 @@ reader fails, and checks that FastCI selects it and still skips a test reading n
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
+from soundness_world import failing, recorded_once
 
 CHILDREN = {
     "pyproject.toml": "[project]\nname = 'pk'\nversion = '0'\n",
@@ -94,22 +92,7 @@ CHILDREN = {
 }
 
 
-@pytest.fixture(scope="module")
-def children(tmp_path_factory):
-    from conftest import Project  # noqa: PLC0415
-
-    project = Project(tmp_path_factory.mktemp("child-reads") / "repo")
-    project.write(CHILDREN)
-    project.commit()
-    project.record()
-    return project
-
-
-def failing(project) -> set[str]:
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "-rf", "tests/test_a.py", "tests/test_b.py"], cwd=project.root,
-                          capture_output=True, text=True, timeout=300)
-    return {line.split()[1] for line in proc.stdout.splitlines() if line.startswith("FAILED ")}
+recorded, repo = recorded_once("child-reads", CHILDREN)
 
 
 @pytest.mark.parametrize("path, old, new, reader", [
@@ -118,24 +101,18 @@ def failing(project) -> set[str]:
     ("pk/consts.py", "SCALE = 2", "SCALE = 3", "test_fork_read_by_string"),
     ("pk/consts.py", "WIDTH = 4", "WIDTH = 5", "test_spawn_read_by_string"),
 ])
-def test_a_child_s_hit_or_read_selects_its_test(children, path, old, new, reader):
-    children.edit(path, old, new)
-    try:
-        reader = f"tests/test_b.py::{reader}"
-        assert reader in failing(children)
-        decisions = children.decisions()
-        assert decisions[reader]["decision"] == "selected", decisions[reader]
-        assert decisions["tests/test_a.py::test_unrelated"]["decision"] == "skipped"
-    finally:
-        children.edit(path, new, old)
+def test_a_child_s_hit_or_read_selects_its_test(repo, path, old, new, reader):
+    repo.edit(path, old, new)
+    reader = f"tests/test_b.py::{reader}"
+    assert reader in failing(repo, "tests/test_a.py", "tests/test_b.py")
+    decisions = repo.decisions()
+    assert decisions[reader]["decision"] == "selected", decisions[reader]
+    assert decisions["tests/test_a.py::test_unrelated"]["decision"] == "skipped"
 
 
-def test_a_child_s_reads_are_exact_by_name(children):
+def test_a_child_s_reads_are_exact_by_name(repo):
     """A child that read SCALE by string does not depend on every value of the module."""
-    children.edit("pk/consts.py", "UNUSED = 0", "UNUSED = 1")
-    try:
-        selected = children.selected()
-        assert "tests/test_b.py::test_fork_read_by_string" not in selected
-        assert "tests/test_b.py::test_fork_cache_hit" not in selected
-    finally:
-        children.edit("pk/consts.py", "UNUSED = 1", "UNUSED = 0")
+    repo.edit("pk/consts.py", "UNUSED = 0", "UNUSED = 1")
+    selected = repo.selected()
+    assert "tests/test_b.py::test_fork_read_by_string" not in selected
+    assert "tests/test_b.py::test_fork_cache_hit" not in selected
