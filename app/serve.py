@@ -31,6 +31,7 @@ log = logging.getLogger("fastci.app")
 ABANDONED = "AbandonedJobError: abandoned: its worker lost Redis while running it"
 OUTAGE_REQUEUES = 2  # times the selection side's job is run again after outages
 PUBSUB_POLL = 1.0  # seconds a worker's pubsub thread reads for (its stop waits that long)
+RESTART_PAUSE = 1.0  # seconds at least between two starts of the worker's loop
 
 
 class FastCIWorker(SimpleWorker):
@@ -228,22 +229,29 @@ def work(gpu: int | None = None, cpu: bool = False, burst: bool = False,
     while True:
         worker = FastCIWorker(queues, connection=redis, name=name, job_class=FastCIJob,
                               serializer=JSONSerializer, prefix=settings.queue_prefix)
+        started = time.monotonic()
         try:
             worked = worker.work(burst=burst, with_scheduler=False)
-            if burst or worker.stopping or _answers(redis):
+            if burst or worker.stopping:
                 return worked
+            # RQ's loop ends on its own only on an error it logged ("found an unhandled
+            # exception, quitting"): most often an outage, which may be over already.
+            log.warning("the worker's loop ended on its own: it comes back")
         except RedisError as exc:
             if burst or worker.stopping:
                 raise
             log.warning("Redis went away (%s)", exc)
         # An idle worker quits when Redis goes away; this one comes back with it, as the
-        # runs it serves expect (they are advanced by jobs on its queues).
+        # runs it serves expect (they are advanced by jobs on its queues). It hands back
+        # what it held first: a process that exited instead would leave the runs its job
+        # held locked until their lease ran out.
         _wait_for(redis)
         try:
             worker.hand_back()
             worker.register_death()  # its name is free again
         except RedisError as exc:
             log.warning("Redis went away again while the worker came back (%s)", exc)
+        time.sleep(max(0.0, RESTART_PAUSE - (time.monotonic() - started)))
 
 
 def _answers(redis: Redis) -> bool:

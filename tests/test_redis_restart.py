@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 import redis as redis_lib
-from conftest import app_key_file, app_remote, artifact_service
+from conftest import app_key_file, app_remote, artifact_service, redis_url
 from fakegithub import FakeGitHub
 from test_app_faults import APP_ID, FILES, INSTALLATION, NUMBER, REPO, pull, runs_by_name
 
@@ -231,3 +231,42 @@ def test_a_worker_back_from_an_outage_frees_the_runs_its_job_held(redis):
             redis.delete(key)
         if locals().get("job") is not None:
             job.delete()
+
+
+def test_a_worker_whose_loop_ends_on_its_own_hands_back_and_goes_on(redis, monkeypatch):
+    """RQ's loop ends on an error it logged while Redis answers again (a short outage, or
+    any other fault): the process used to return and exit, leaving the run its job held
+    locked until the lease ran out. It hands the run back and starts its loop again."""
+    from fastci.app import serve
+    from fastci.app.queue import advance_queue_name, queue
+    from fastci.app.run_state import RunStore, run_id
+    from fastci.app.settings import AppSettings
+
+    prefix = f"fastci-loop-{uuid.uuid4().hex[:8]}"
+    store = RunStore(redis, prefix)
+    run = run_id("octo/repo", "abc", "delivery")
+    loops = []
+
+    def work(worker, burst=False, with_scheduler=False):  # noqa: ARG001 (RQ's signature)
+        loops.append(worker)
+        if len(loops) == 1:  # a job took the run's lock, then RQ's loop quit on an error
+            assert store.acquire(run) is not None
+            return True
+        assert not redis.exists(store.key(run, "lock")), "the run was not handed back"
+        worker.stopping = True  # the second loop: stopped as a service stops it
+        return True
+
+    monkeypatch.setattr(serve.FastCIWorker, "work", work)
+    monkeypatch.setattr(serve, "RESTART_PAUSE", 0.0)
+    settings = AppSettings(redis_url=redis_url(), queue_prefix=prefix)
+    try:
+        assert serve.work(cpu=True, settings=settings) is True
+        assert len(loops) == 2
+        advances = queue(advance_queue_name(prefix), redis)
+        assert [j.args[0] for j in advances.jobs] == [run]
+        token = store.acquire(run, lease=5)  # anyone may advance it now
+        assert token is not None
+        store.release(run, token)
+    finally:
+        for key in redis.scan_iter(f"*{prefix}*"):
+            redis.delete(key)
