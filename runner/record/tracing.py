@@ -455,7 +455,7 @@ def _locate() -> None:
     ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
     _tool_dirs = (ours, *folder("_pytest"), *folder("pluggy"), *folder("coverage"))
     _tool_files = frozenset([*origin("pickle"), *origin("copyreg"),
-                             *origin("multiprocessing.reduction"),
+                             *(path + "reduction.py" for path in folder("multiprocessing")),
                              *(path + "serialization.py" for path in folder("torch"))])
     _helper_dirs = tuple(folder("importlib"))
     _helper_files = frozenset([*origin("inspect"), *origin("linecache"),
