@@ -174,7 +174,8 @@ class Engine:
                 # from its start (`budget.py`); a runner's replays count their own.
                 until = began + self.settings.prune_budget - WRAP_UP \
                     if self.settings.prune_budget > 0 else None
-                pruning = self._prune(store, selection, snapshot, head, head_tree, until)
+                pruning = self._prune(store, selection, snapshot, head, head_tree, until,
+                                      head_inv)
                 selection = pruning.selection
             return Planned(selection, snapshot, inputs, renames,
                            time.perf_counter() - started, pruning)
@@ -183,7 +184,7 @@ class Engine:
                 store.close()
 
     def _prune(self, store: EvidenceStore, selection, snapshot, head, head_tree,
-               until: float | None = None):
+               until: float | None = None, head_inv=None):
         from fastci.runner.prune import decide as prune  # noqa: PLC0415 (only a plan that may prune pays for it)
 
         paths = {p for d in selection.selected for p, _ in d.prunable}
@@ -199,7 +200,7 @@ class Engine:
         outcome = prune.prune(self.repo, store, selection, snapshot, head, head_tree, old_inv,
                               mode=self.settings.prune, progress=self.progress,
                               replayer=self.replayer, budget=self.settings.prune_budget,
-                              until=until)
+                              until=until, new_inventories=head_inv)
         note: str | None
         if outcome.pruned:
             saved = sum(e["test_seconds"] for e in outcome.pruned.values())

@@ -140,10 +140,22 @@ LIB = {
             assert vocab["alpha"] == 0 and len(vocab) == 10
     ''',
     "lib/report.py": '''
+        import os
+        import sys
+
+
         def write_report(path, value):
             with open(path, "w") as f:
                 f.write(str(value))
             return value
+
+
+        def start_step(total):
+            return 0
+
+
+        def max_steps(requested):
+            return requested
     ''',
     "tests/test_sched.py": '''
         import logging
@@ -152,7 +164,7 @@ LIB = {
 
         import torch
 
-        from lib.report import write_report
+        from lib.report import max_steps, start_step, write_report
         from lib.sched import (
             SETTINGS, Config, configure, describe, jitter, loss, lr_at, make_config, noisy, scale_,
             sign, width,
@@ -240,6 +252,16 @@ LIB = {
         def test_sign():
             assert sign(torch.ones(2)) == 1
             assert sign(-torch.ones(2)) == -1
+
+
+        def test_resume(monkeypatch, tmp_path):
+            monkeypatch.chdir(tmp_path)  # a run's own folder, which a replay does not have
+            (tmp_path / "last.ckpt").write_text("7")
+            assert start_step(10) == 0
+
+
+        def test_max_steps():
+            assert max_steps(1000) == 1000
     ''',
     "tests/test_registry.py": '''
         from lib.sched import lr_at
@@ -261,8 +283,8 @@ def node(name: str, file: str = "test_sched") -> str:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    # 19: the registry's identity test passes too
-    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=19)
+    # 21: the registry's identity test passes too
+    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=21)
 
 
 @pytest.fixture
@@ -355,6 +377,16 @@ KEPT = {
     "an uncaptured call": ("lib/sched.py", "    return -1", "    return -2", "sign",
                            "only in calls that were not captured"),
     # A constructor's default changed: the object built is another.
+    # New code looks for a file in the working folder: the test's has one, a replay's
+    # (the tree's root) has none, and would compute what the old code did.
+    "a file looked for": ("lib/report.py", "def start_step(total):\n    return 0",
+                          "def start_step(total):\n    return int(open('last.ckpt').read()) "
+                          "if os.path.exists('last.ckpt') else 0", "resume",
+                          "start_step under the new code differs at said.files"),
+    # New code asks what the process imported: pytest is in the test's, not in a replay's.
+    "sys.modules": ("lib/report.py", "    return requested",
+                    '    return min(requested, 10) if "pytest" in sys.modules else requested',
+                    "max_steps", "reads sys.modules under the new code"),
     "a constructed object": ("lib/shapes.py", "def __init__(self, rows, cols=4):",
                              "def __init__(self, rows, cols=5):", node("grid", "test_shapes"),
                              "Grid under the new code differs at out#"),

@@ -69,7 +69,27 @@ class PruneOutcome:
     launches: tuple[int, int] = (0, 0)  # kernel launches remembered, interpreted (`launches.py`)
 
 
-def candidates(selection: Selection, snapshot, old_inventories
+# What a replay process does not share with the test's: new code that reads one of these
+# (`"pytest" in sys.modules`, `sys.argv`, the working folder) may compute, in the test,
+# what no replay shows. (module or None, attribute), as the block inventory's reads name them.
+PROCESS_CONTEXT = ((("sys",), "modules"), (("sys",), "argv"), (("os",), "getcwd"),
+                   (("os",), "getcwdb"), (("Path", "pathlib"), "cwd"))
+
+
+def _reads_process_context(blocks, inventories) -> str | None:
+    """The first of PROCESS_CONTEXT a block's code (as the new tree has it) reads."""
+    for path, qualname in blocks:
+        fb = inventories.get(path) if inventories is not None else None
+        block = fb.by_qualname().get(qualname) if fb is not None else None
+        reads = set(block.reads) if block is not None else set()
+        for owners, name in PROCESS_CONTEXT:
+            if name in reads and reads.intersection(owners):
+                return (f"{path}::{qualname} reads {owners[0]}.{name} under the new code, "
+                        "which a replay process does not share with the test")
+    return None
+
+
+def candidates(selection: Selection, snapshot, old_inventories, new_inventories=None
                ) -> tuple[list[Candidate], dict[str, str]]:
     """Which selected tests might be pruned, and why each other one with captures cannot."""
     out, kept = [], {}
@@ -78,6 +98,10 @@ def candidates(selection: Selection, snapshot, old_inventories
             continue
         test = snapshot.tests.get(decision.test_id)
         if test is None or test.carried_from:
+            continue
+        blind = _reads_process_context(decision.prunable, new_inventories)
+        if blind:
+            kept[decision.test_id] = blind
             continue
         needed: set[str] = set()
         if decision.prunable:
@@ -145,7 +169,7 @@ def _span(lines: set[int]) -> str:
 def prune(repo: Repo, store: EvidenceStore, selection: Selection, snapshot, head: str,
           head_tree, old_inventories, mode: str = "exact", progress=None,
           replayer: Replayer | None = None, budget: float = 0.0,
-          until: float | None = None) -> PruneOutcome:
+          until: float | None = None, new_inventories=None) -> PruneOutcome:
     """Prune what replays prove equivalent. `replayer`: where the replays run (by default
     child processes here; the App's runs them on a runner, in its sandbox). `budget`:
     seconds each replay process may replay for after its start-up (0: no limit; `budget.py`);
@@ -153,7 +177,7 @@ def prune(repo: Repo, store: EvidenceStore, selection: Selection, snapshot, head
     start-up included (a runner's replays have their budget only)."""
     started = time.perf_counter()
     progress = progress or (lambda _message: None)
-    found, kept = candidates(selection, snapshot, old_inventories)
+    found, kept = candidates(selection, snapshot, old_inventories, new_inventories)
     if not found:
         return PruneOutcome(_apply(selection, {}, mode, kept), kept=kept,
                             seconds=time.perf_counter() - started)

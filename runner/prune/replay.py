@@ -251,10 +251,10 @@ def _replay(path: str, root: str, timing: dict) -> tuple[dict, dict]:
     _check_state(saved.get("state"), root)
     settings = saved["settings"]
     _restore(saved)
-    with _call_environment(saved), _observed() as observed, \
+    with _call_environment(saved), _observed() as observed, _looked_at(root) as looked, \
             torch.set_grad_enabled(settings["grad"]):
         out = module(*args, **kwargs)
-    prints = {**observed, **fingerprints(out, "out"),
+    prints = {**observed, **looked, **fingerprints(out, "out"),
               **fingerprints(module.state_dict(), "state"),
               **fingerprints(_tensor_attributes(module), "attr"),
               **fingerprints((args, kwargs), "args"),
@@ -378,6 +378,83 @@ def _observed():
     out["said.stderr"] = hash_leaf(stderr.getvalue())
 
 
+@contextmanager
+def _looked_at(root: str):
+    """The files and folders the call opened, listed or asked about (`os.stat` and what
+    calls it: `os.path.exists`, `Path.is_file`), as one fingerprint, `said.files`. A replay
+    runs in the tree's root, not in the test's folder, with none of the files the test made:
+    new code that looks for one finds nothing, and would compute what the old code did. So
+    the new code's replay must look at the very paths the old code's did (the tree's root
+    written as such, the interpreter's own files, compiler and launch caches left out)."""
+    seen: set[str] = set()
+    ignored = _ignored_folders()
+
+    def note(kind: str, path) -> None:
+        if isinstance(path, int):
+            return  # a file descriptor: opened earlier, where it was noted
+        try:
+            text = os.fsdecode(path)
+        except TypeError:
+            return
+        if text.endswith(_CODE_SUFFIXES) or "__pycache__" in text or _is_cache(text):
+            return
+        if os.path.isabs(text):
+            if text == root or text.startswith(root + os.sep):
+                text = "<root>" + text[len(root):]
+            elif text.startswith(ignored) or any(f.startswith(text.rstrip(os.sep) + os.sep)
+                                                 for f in (*ignored, root + os.sep)):
+                return  # theirs, or a folder above them (`os.path.realpath` walks those)
+        seen.add(f"{kind} {text}")
+
+    def audit(event: str, args: tuple) -> None:
+        kind = _LOOKS.get(event)
+        if kind is not None and args:
+            note(kind, args[0])
+
+    def asking(name: str, real):
+        def ask(path, *rest, **options):
+            note(name, path)
+            return real(path, *rest, **options)
+        return ask
+
+    patched = {name: getattr(os, name) for name in ("stat", "lstat", "access")}
+    _look_sinks.append(audit)
+    for name, real in patched.items():
+        setattr(os, name, asking(name, real))
+    out: dict[str, dict] = {}
+    try:
+        yield out
+    finally:
+        for name, real in patched.items():
+            setattr(os, name, real)
+        _look_sinks.remove(audit)
+    from fastci.runner.prune.fingerprints import hash_leaf  # noqa: PLC0415 (imports torch)
+
+    out["said.files"] = hash_leaf("\n".join(sorted(seen)))
+
+
+_LOOKS = {"open": "open", "os.listdir": "list", "os.scandir": "list", "glob.glob": "glob",
+          "os.chdir": "chdir"}
+_CODE_SUFFIXES = (".py", ".pyc", ".so", ".pyd")
+_look_sinks: list = []
+
+
+def _ignored_folders() -> tuple[str, ...]:
+    """Where what a call opens is the interpreter's, a library's or a cache's, the same in
+    both replays: left out of `said.files`."""
+    import site  # noqa: PLC0415
+    import sysconfig  # noqa: PLC0415
+
+    from fastci.runner.prune.launches import default_folder  # noqa: PLC0415
+
+    folders = {sys.prefix, sys.base_prefix, sys.exec_prefix, "/proc", "/sys", "/dev",
+               *sysconfig.get_paths().values(), *site.getsitepackages()}
+    launches = default_folder()
+    if launches is not None:
+        folders.add(str(launches))
+    return tuple(sorted(os.path.abspath(f).rstrip(os.sep) + os.sep for f in folders if f))
+
+
 def _other_rngs() -> dict:
     """Python's and NumPy's global generators after a call: a change that draws once more
     from them returns the same value yet moves every later draw of the test."""
@@ -413,11 +490,11 @@ def _replay_function(saved: dict, root: str) -> tuple[dict, dict]:
     _restore(saved)
     _watch_effects()
     with _call_environment(saved), _effects() as seen, _observed() as observed, \
-            torch.set_grad_enabled(saved["settings"]["grad"]):
+            _looked_at(root) as looked, torch.set_grad_enabled(saved["settings"]["grad"]):
         out = fn(*args, **kwargs)
     if seen:
         raise RuntimeError(f"the call has an effect a replay cannot compare: {seen[0]}")
-    prints = {**observed, **bounded_fingerprints(out, "out"),
+    prints = {**observed, **looked, **bounded_fingerprints(out, "out"),
               **bounded_fingerprints((args, kwargs), "args"),
               **_exact("out", out), **_exact("args", (args, kwargs)),
               **_globals_after(saved.get("state"), root),
@@ -505,6 +582,8 @@ def _watch_effects() -> None:
 
 
 def _audit(event: str, args: tuple) -> None:
+    for look in _look_sinks:
+        look(event, args)
     if not _effect_sinks:
         return
     what = _EFFECTS.get(event)
