@@ -514,8 +514,15 @@ class _CannotReplay(Exception):
     pass
 
 
+REPLAY_FORMAT = 2
+"""What a replay fingerprints; part of the key of stored replays, so bump it whenever a
+replay records something more (2: `said.files`), and results stored before are not mixed
+with new ones (a fingerprint on one side only is a difference: its tests would stay kept)."""
+
+
 def _tree_key(tree: Mapping[str, str]) -> str:
-    return hashlib.sha256(json.dumps(sorted(tree.items())).encode()).hexdigest()[:24]
+    digest = hashlib.sha256(json.dumps(sorted(tree.items())).encode()).hexdigest()[:24]
+    return f"{digest}:r{REPLAY_FORMAT}"
 
 
 def _cached(store: EvidenceStore, blobs: dict, key: str, mode: str) -> dict:

@@ -251,7 +251,8 @@ def _replay(path: str, root: str, timing: dict) -> tuple[dict, dict]:
     _check_state(saved.get("state"), root)
     settings = saved["settings"]
     _restore(saved)
-    with _call_environment(saved), _observed() as observed, _looked_at(root) as looked, \
+    with _call_environment(saved), _observed() as observed, \
+            _looked_at(root, saved.get("root")) as looked, \
             torch.set_grad_enabled(settings["grad"]):
         out = module(*args, **kwargs)
     prints = {**observed, **looked, **fingerprints(out, "out"),
@@ -379,15 +380,18 @@ def _observed():
 
 
 @contextmanager
-def _looked_at(root: str):
+def _looked_at(root: str, recorded_root: str | None = None):
     """The files and folders the call opened, listed or asked about (`os.stat` and what
     calls it: `os.path.exists`, `Path.is_file`), as one fingerprint, `said.files`. A replay
     runs in the tree's root, not in the test's folder, with none of the files the test made:
     new code that looks for one finds nothing, and would compute what the old code did. So
     the new code's replay must look at the very paths the old code's did (the tree's root
-    written as such, the interpreter's own files, compiler and launch caches left out)."""
+    and the recording's, which a captured argument may name, written as one; the
+    interpreter's own files, compiler and launch caches left out)."""
     seen: set[str] = set()
     ignored = _ignored_folders()
+    roots = tuple(sorted({r.rstrip(os.sep) for r in (root, recorded_root or root)
+                          if r and r.strip(os.sep)}, key=len, reverse=True))
 
     def note(kind: str, path) -> None:
         if isinstance(path, int):
@@ -399,10 +403,12 @@ def _looked_at(root: str):
         if text.endswith(_CODE_SUFFIXES) or "__pycache__" in text or _is_cache(text):
             return
         if os.path.isabs(text):
-            if text == root or text.startswith(root + os.sep):
-                text = "<root>" + text[len(root):]
-            elif text.startswith(ignored) or any(f.startswith(text.rstrip(os.sep) + os.sep)
-                                                 for f in (*ignored, root + os.sep)):
+            mine = next((r for r in roots if text == r or text.startswith(r + os.sep)), None)
+            if mine is not None:
+                text = "<root>" + text[len(mine):]
+            elif text.startswith(ignored) or any(
+                    f.startswith(text.rstrip(os.sep) + os.sep)
+                    for f in (*ignored, *(r + os.sep for r in roots))):
                 return  # theirs, or a folder above them (`os.path.realpath` walks those)
         seen.add(f"{kind} {text}")
 
@@ -490,7 +496,8 @@ def _replay_function(saved: dict, root: str) -> tuple[dict, dict]:
     _restore(saved)
     _watch_effects()
     with _call_environment(saved), _effects() as seen, _observed() as observed, \
-            _looked_at(root) as looked, torch.set_grad_enabled(saved["settings"]["grad"]):
+            _looked_at(root, saved.get("root")) as looked, \
+            torch.set_grad_enabled(saved["settings"]["grad"]):
         out = fn(*args, **kwargs)
     if seen:
         raise RuntimeError(f"the call has an effect a replay cannot compare: {seen[0]}")
