@@ -110,6 +110,24 @@ REPO = {
             return out.stdout.strip()
 
 
+        class Hooks:
+            def on_step(self, step):
+                """Subclasses stop a run here (a call runs no line of this body)."""
+
+            @staticmethod
+            def on_end(n):
+                """Decorated: the call is reported on the decorator's line."""
+
+
+        def run(hooks, steps=5):
+            n = 0
+            for s in range(steps):
+                n += 1
+                if hooks.on_step(s):
+                    break
+            return hooks.on_end(n) or n
+
+
         GEN = counter()
         SAVED = []
         NEGATIVE = classify(-3)
@@ -153,7 +171,7 @@ REPO = {
     "tests/test_paths.py": '''
         import pytest
 
-        from pk.paths import checked, offset, safe_div, scaled, total
+        from pk.paths import Hooks, checked, offset, run, safe_div, scaled, total
 
 
         def test_div():
@@ -195,6 +213,10 @@ REPO = {
         def test_checked_raises():
             with pytest.raises(ValueError):
                 checked(1000)
+
+
+        def test_hooks():
+            assert run(Hooks()) == 5
     ''',
     "tests/test_state.py": '''
         import pk.paths as paths
@@ -311,6 +333,12 @@ EXACT = [
     pytest.param("pk/paths.py", '("too big")\n    return y\n', '("too big")\n    return y + 1\n',
                  f"{P}::test_checked",
                  [f"{P}::test_checked_raises"], id="after-an-exception-ended-the-body"),
+    pytest.param("pk/paths.py", 'here (a call runs no line of this body)."""\n',
+                 'here (a call runs no line of this body)."""\n        return step >= 2\n',
+                 f"{P}::test_hooks", [], id="a-body-that-was-a-docstring-alone"),
+    pytest.param("pk/paths.py", 'decorator\'s line."""\n',
+                 'decorator\'s line."""\n        return n + 1\n',
+                 f"{P}::test_hooks", [], id="a-decorated-body-that-was-a-docstring-alone"),
     pytest.param("pk/paths.py", 'label = "pos"', 'label = "POS"', f"{C}::test_session_fixture",
                  [f"{C}::test_neg", f"{C}::test_zero"], id="run-in-a-session-fixture"),
     pytest.param("pk/paths.py", 'label = "neg"', 'label = "NEG"', "tests/test_const.py::test_const",

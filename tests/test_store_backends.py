@@ -258,6 +258,22 @@ def test_inventories_captures_and_replays_alike(store: EvidenceStore, tmp_path):
     assert store.replay_result("other") is None
 
 
+def test_an_older_parser_s_inventory_is_parsed_again(store: EvidenceStore, monkeypatch):
+    """Inventories are stored by blob: one an older parser made (its lines owned otherwise)
+    is not answered from the store, and the new parse replaces it."""
+    from fastci.runner.store import codec  # noqa: PLC0415
+
+    source = 'class Hooks:\n    def on_step(self):\n        """Override me."""\n'
+    fb = parse_blocks(source)
+    assert fb.owner_of(2) == "Hooks.on_step"  # a call of a docstring-only body: its first line
+    monkeypatch.setattr(codec, "PARSER_VERSION", codec.PARSER_VERSION - 1)
+    store.save_inventories({"blob-old": fb})  # as an older FastCI wrote it
+    monkeypatch.undo()
+    assert store.load_inventories(["blob-old"]) == {}
+    store.save_inventories({"blob-old": fb})
+    assert store.load_inventories(["blob-old"])["blob-old"].owner_of(2) == "Hooks.on_step"
+
+
 def test_history_alike(store: EvidenceStore):
     snap = snapshot()
     failing = {k: v.__class__(**{**v.__dict__, "outcome": "failed"}) for k, v in snap.tests.items()}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from fastci.runner.analysis.blocks import Block, FileBlocks, Statement
+from fastci.runner.analysis.blocks import PARSER_VERSION, Block, FileBlocks, Statement
 from fastci.runner.evidence import Snapshot, TestRecord, pack, pack_lines
 from fastci.runner.evidence_index import TestIndex
 
@@ -55,7 +55,7 @@ def snapshot_parts(snap: Snapshot) -> SnapshotParts:
 
 def inventory_to_json(fb: FileBlocks) -> dict:
     return {
-        "error": fb.error, "imports": list(fb.imports),
+        "parser": PARSER_VERSION, "error": fb.error, "imports": list(fb.imports),
         "blocks": [[b.qualname, b.kind, b.start, b.body_start, b.end, b.fingerprint,
                     list(b.reads),
                     [[s.digest, list(s.defines), list(s.reads), s.kind]
@@ -64,7 +64,10 @@ def inventory_to_json(fb: FileBlocks) -> dict:
     }
 
 
-def inventory_from_json(data: dict) -> FileBlocks:
+def inventory_from_json(data: dict) -> FileBlocks | None:
+    """The inventory, or None when another version of the parser made it (parse again)."""
+    if data.get("parser", 1) != PARSER_VERSION:
+        return None
     blocks = tuple(
         Block(qualname=q, kind=k, start=s, body_start=bs, end=e, fingerprint=f,
               reads=tuple(r),

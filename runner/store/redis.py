@@ -185,11 +185,11 @@ class RedisEvidenceStore:
         self.close()
 
     # -- content-addressed blobs ------------------------------------------------------------
-    def _put(self, kind: str, items: dict) -> None:
+    def _put(self, kind: str, items: dict, replace: bool = False) -> None:
         if items:
             pipe = self._r.pipeline(transaction=False)
             for key, data in items.items():
-                pipe.set(self._k(kind, key), data, nx=True)
+                pipe.set(self._k(kind, key), data, nx=not replace)
             pipe.execute()
 
     def _get_many(self, kind: str, keys: Iterable[str]) -> dict[str, bytes]:
@@ -200,10 +200,13 @@ class RedisEvidenceStore:
         return {k: v for k, v in zip(keys, values) if v is not None}
 
     def save_inventories(self, inventories: dict[str, FileBlocks]) -> None:
-        self._put("inv", {blob: pack(inventory_to_json(fb)) for blob, fb in inventories.items()})
+        # replace: an inventory an older parser stored is parsed again and replaced
+        self._put("inv", {blob: pack(inventory_to_json(fb)) for blob, fb in inventories.items()},
+                  replace=True)
 
     def load_inventories(self, blobs: Iterable[str]) -> dict[str, FileBlocks]:
-        return {b: inventory_from_json(unpack(d)) for b, d in self._get_many("inv", blobs).items()}
+        found = {b: inventory_from_json(unpack(d)) for b, d in self._get_many("inv", blobs).items()}
+        return {b: fb for b, fb in found.items() if fb is not None}  # None: an older parser's
 
     def save_test_names(self, names: dict[str, list[str]]) -> None:
         if names:

@@ -210,7 +210,8 @@ class SqliteEvidenceStore:
     def save_inventories(self, inventories: dict[str, FileBlocks]) -> None:
         rows = [(blob, pack(inventory_to_json(fb))) for blob, fb in inventories.items()]
         with _transaction(self._db):
-            self._db.executemany("INSERT OR IGNORE INTO inventories VALUES (?, ?)", rows)
+            # REPLACE: an inventory an older parser stored is parsed again and replaced.
+            self._db.executemany("INSERT OR REPLACE INTO inventories VALUES (?, ?)", rows)
 
     def load_inventories(self, blobs: Iterable[str]) -> dict[str, FileBlocks]:
         wanted = list(dict.fromkeys(blobs))
@@ -219,7 +220,9 @@ class SqliteEvidenceStore:
             marks = ",".join("?" * len(chunk))
             for blob, data in self._db.execute(
                     f"SELECT blob, data FROM inventories WHERE blob IN ({marks})", chunk):
-                found[blob] = inventory_from_json(unpack(data))
+                fb = inventory_from_json(unpack(data))
+                if fb is not None:
+                    found[blob] = fb
         return found
 
     def save_test_names(self, names: dict[str, list[str]]) -> None:
