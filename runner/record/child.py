@@ -511,7 +511,8 @@ def _note(state: _State, event: str, args: tuple) -> None:
             return
         path = os.fsdecode(path)
         full = path if path.startswith("/") else os.path.join(os.getcwd(), path)
-        if tracing.wants(full, state.root) and os.path.isfile(full):
+        if (tracing.wants(full, state.root) or tracing.wants_source(full, state.root)) \
+                and os.path.isfile(full):
             state.files.add(os.path.normpath(full))
     elif event in ("subprocess.Popen", "os.posix_spawn", "os.spawn"):
         if tracing._describe_spawn(event, args):

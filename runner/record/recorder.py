@@ -307,7 +307,8 @@ class Recorder:
             return
         full = path if path.startswith("/") else os.path.join(os.getcwd(), path)
         if kind == "open":
-            if tracing.wants(full, self.root) and os.path.isfile(full):
+            if (tracing.wants(full, self.root) or tracing.wants_source(full, self.root)) \
+                    and os.path.isfile(full):
                 self.files[self.context].add(os.path.normpath(full))
         elif full.startswith(self.root):
             self.dirs[self.context].add(os.path.normpath(full))
@@ -525,7 +526,8 @@ class Recorder:
                     child_lines[tag][rel] |= ls
             for captured in evidence.captured:
                 self._merge_child_captures(tag, captured, lines_by_context, child_lines)
-            self.files[tag] |= {f for f in evidence.files if tracing.wants(f, self.root)}
+            self.files[tag] |= {f for f in evidence.files  # Python files: read as data
+                                if tracing.wants(f, self.root) or f.endswith(".py")}
             self.kernels[tag] |= {(os.path.relpath(f, self.root), q)
                                   for f, q in evidence.kernels}
             for into, pairs in ((self.child_reads, evidence.reads),

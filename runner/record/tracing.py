@@ -15,7 +15,7 @@ import os
 import sys
 import sysconfig
 from importlib.util import find_spec
-from types import FunctionType, ModuleType
+from types import FrameType, FunctionType, ModuleType
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 if TYPE_CHECKING:
@@ -481,6 +481,30 @@ def _site_kind(frame) -> int:
     if filename.startswith(_repo_root) and code.co_code[frame.f_lasti] in _static_ops:
         return _SOURCE
     return _OTHER
+
+
+def wants_source(path: str, root: str) -> bool:
+    """A repository Python file opened as data, not imported: a test that reads a file's
+    text (`inspect.getsource`, a license-header check, a version read with a regex) depends
+    on all of it, comments and docstrings too, which its blocks' fingerprints leave out. It
+    counts when the first caller outside the standard library and FastCI is repository code
+    (not an import, not pytest rewriting a test file, not a library reading a kernel)."""
+    if not path.endswith(".py") or not path.startswith(root) or "__pycache__" in path:
+        return False
+    frame: FrameType | None = _getframe(1)
+    ours = _tool_dirs[0] if _tool_dirs else "\0"
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename.startswith("<frozen importlib"):
+            return False  # the import system loading a module
+        if not (filename.startswith(ours) or filename.startswith(_stdlib)
+                or filename.startswith("<frozen")) or filename.startswith(_site_packages):
+            if filename.startswith("<"):
+                return True  # code made from a string (`python -c`): the test's, as far as known
+            return filename.startswith(_repo_root) and \
+                not filename.startswith(_site_packages) and not filename.startswith(_tool_dirs)
+        frame = frame.f_back
+    return False
 
 
 def _helper_read(frame) -> bool:

@@ -1,0 +1,73 @@
+"""Repository Python files read as text: a test that reads a file's source (its own checks
+on a kernel's source, a license header, a version pulled out with a regex) depends on all
+of it, comments and docstrings too, which block fingerprints leave out. Each case changes
+only such text so that its reader fails; a test that merely imports the file stays skipped."""
+
+from __future__ import annotations
+
+import pytest
+from soundness_world import failing, recorded_once
+
+SOURCES = {
+    "pyproject.toml": "[project]\nname = 'pk'\nversion = '0'\n",
+    "pk/__init__.py": '# Copyright FastCI tests\n__version__ = "0.1.0"\n',
+    "pk/model.py": '''
+        def forward(x):
+            # fused
+            return x * 2
+    ''',
+    "tests/test_reads.py": '''
+        import inspect
+        import re
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        import pk
+        from pk.model import forward
+
+        ROOT = Path(pk.__file__).parent
+
+
+        def test_source_tag():
+            assert "# fused" in inspect.getsource(forward)
+
+
+        def test_license_header():
+            assert (ROOT / "__init__.py").read_text().startswith("# Copyright")
+
+
+        def test_version_format():
+            text = open(ROOT / "__init__.py").read()
+            assert re.search(r'__version__ = "\\d+\\.\\d+\\.\\d+"', text)
+
+
+        def test_child_reads_source():
+            code = "import inspect, pk.model; assert '# fused' in inspect.getsource(pk.model)"
+            assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+        def test_imports_only():
+            assert forward(2) == 4
+    ''',
+}
+
+recorded, repo = recorded_once("source-reads", SOURCES)
+T = "tests/test_reads.py"
+
+
+@pytest.mark.parametrize("path, old, new, readers", [
+    ("pk/model.py", "# fused", "# unfused", {"test_source_tag", "test_child_reads_source"}),
+    ("pk/__init__.py", "# Copyright", "# (c)", {"test_license_header"}),
+    ("pk/__init__.py", '"0.1.0"', '"0.1"', {"test_version_format"}),
+])
+def test_a_python_file_read_as_text_selects_its_reader(repo, path, old, new, readers):
+    repo.edit(path, old, new)
+    readers = {f"{T}::{name}" for name in readers}
+    assert readers <= failing(repo, T)
+    decisions = repo.decisions()
+    for reader in readers:
+        assert decisions[reader]["decision"] == "selected", decisions[reader]
+        assert any(f"read a changed file: {path}" in r for r in decisions[reader]["reasons"])
+    if path == "pk/model.py":  # a comment: importing and running the file is not reading it
+        assert decisions[f"{T}::test_imports_only"]["decision"] == "skipped"
