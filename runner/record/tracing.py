@@ -526,10 +526,10 @@ def _helper_read(frame) -> bool:
 _original_import_module = None
 
 
-class _HookOnCreate(importlib.abc.MetaPathFinder):
-    """Hands each repository module to `_adopt` as it is created, before its body runs: a
-    star import that imports a module first reads its `__all__` and names through the hook,
-    and so does a child process that imports the repository itself."""
+class _HookOnImport(importlib.abc.MetaPathFinder):
+    """Hands each repository module to `_adopt` as its body ends, before the import that
+    asked for it goes on: a star import that imports a module first reads its `__all__` and
+    names through the hook, and so does a child process that imports the repository."""
 
     def __init__(self) -> None:
         self._finding = False
@@ -552,9 +552,6 @@ class _HookOnCreate(importlib.abc.MetaPathFinder):
         original = loader.exec_module
 
         def exec_module(module):
-            adopt = _adopt
-            if adopt is not None and type(module) is ModuleType:
-                adopt(module)
             try:
                 original(module)
             finally:
@@ -562,6 +559,12 @@ class _HookOnCreate(importlib.abc.MetaPathFinder):
                     del loader.exec_module  # the loader's own method again
                 except AttributeError:
                     pass  # another finder's wrapper put it back already
+            # Hooked once its body has run, before the import statement that asked for it
+            # reads from it: reads the body itself made (`@dataclass` looking at the
+            # module's namespace) are the module's own, not a test's.
+            adopt = _adopt
+            if adopt is not None and type(module) is ModuleType:
+                adopt(module)
             loaded = _loaded
             if loaded is not None:
                 loaded(module)  # a first import or a reload: its caches are new
@@ -570,7 +573,7 @@ class _HookOnCreate(importlib.abc.MetaPathFinder):
         return spec
 
 
-_hook_on_create = _HookOnCreate()
+_hook_on_import = _HookOnImport()
 
 
 def start_reading(root: str, adopt: Callable[[ModuleType], None],
@@ -600,8 +603,8 @@ def start_reading(root: str, adopt: Callable[[ModuleType], None],
     _adopt = adopt
     _loaded = loaded
     _locate()
-    if _hook_on_create not in sys.meta_path:
-        sys.meta_path.insert(0, _hook_on_create)
+    if _hook_on_import not in sys.meta_path:
+        sys.meta_path.insert(0, _hook_on_import)
 
 
 def set_context(module_reads: set | None, property_reads: set | None) -> None:
@@ -652,8 +655,8 @@ def stop_reading(modules: list[ModuleType]) -> None:
     global _module_reads, _adopt, _loaded, _original_import_module
     _module_reads = None
     _adopt = _loaded = None
-    if _hook_on_create in sys.meta_path:
-        sys.meta_path.remove(_hook_on_create)
+    if _hook_on_import in sys.meta_path:
+        sys.meta_path.remove(_hook_on_import)
     if _original_import_module is not None:
         importlib.import_module = _original_import_module
         _original_import_module = None
