@@ -46,13 +46,15 @@ class Block:
     calls: tuple[str, ...] = ()  # plain names called (to find the jit functions a kernel calls)
     body_start: int = 0  # first line of the body: lines before it run in the parent scope
     header: str = ""  # digest of decorators, signature or bases: what the parent evaluates
+    decorators: str = ""  # digest of the decorators alone: calls made as the parent runs
     inherits: bool = False  # a class with bases: a method added to it may override one
 
 
-PARSER_VERSION = 2
+PARSER_VERSION = 3
 """What `parse_blocks` computes for a source: stores keep inventories by blob, so bump it
 whenever the same source parses to other blocks or lines, and older ones are parsed again.
-2: a function whose body is a docstring alone owns its first line (a call is reported there)."""
+2: a function whose body is a docstring alone owns its first line (a call is reported there).
+3: a block's decorators have a digest of their own."""
 
 
 @dataclass(frozen=True)
@@ -336,6 +338,7 @@ class _Collector:
             reads=tuple(sorted(head_reads | body_reads)), statements=statements,
             is_jit=is_jit(node), calls=tuple(sorted(head_calls | body_calls)),
             body_start=body_start, header=_digest(_dump(header)),
+            decorators=_digest(_dump(node.decorator_list)) if node.decorator_list else "",
             inherits=isinstance(node, ast.ClassDef) and bool(node.bases or node.keywords)))
 
 

@@ -242,6 +242,20 @@ class _Found:
             kind = after.kind if after is not None else old_blocks[qualname].kind
             if kind != "function":
                 self._body_changed(path, qualname, kind, before, after)
+            elif before is not None and after is not None:
+                self._header_changed(path, qualname, before, after)
+
+    def _header_changed(self, path: str, qualname: str, before: Block, after: Block) -> None:
+        """What a def statement evaluates in its parent changed. Its decorators run as the
+        module is imported (`@register("adam")` fills a registry), which no name resolves;
+        a module-level function's signature is a value that code reads without calling the
+        function (`inspect.signature`, a CLI built from the defaults): its readers."""
+        if before.decorators != after.decorators:
+            self.unresolved.setdefault(path, f"the decorators of {qualname} changed (they run "
+                                             "as the module is imported)")
+        elif before.header != after.header and "." not in qualname:
+            self.names.add(qualname)
+            self.by_path.setdefault(path, set()).add(qualname)
 
     def _body_changed(self, path: str, qualname: str, kind: str, before: Block | None,
                       after: Block | None) -> None:

@@ -1,0 +1,86 @@
+"""What a def statement evaluates in its parent: decorators, which run as the module is
+imported (a registry filled by `@register("adam")`), and a signature, which code reads
+without calling the function (`inspect.signature`, a CLI built from the defaults). Each
+case changes only that, so that a test that never ran the function fails; FastCI must select
+it, and still skip a test that neither imports the module nor names the function."""
+
+from __future__ import annotations
+
+import pytest
+from soundness_world import failing, recorded_once
+
+HEADERS = {
+    "pyproject.toml": "[project]\nname = 'pk'\nversion = '0'\n",
+    "pk/__init__.py": "",
+    "pk/registry.py": '''
+        OPTIMIZERS = {}
+
+
+        def register(name):
+            def add(fn):
+                OPTIMIZERS[name] = fn
+                return fn
+            return add
+    ''',
+    "pk/opts.py": '''
+        from pk.registry import register
+
+
+        @register("adam")
+        def adam(lr):
+            return lr
+
+
+        @register("sgd")
+        def sgd(lr):
+            return lr / 2
+    ''',
+    "pk/cli.py": '''
+        import inspect
+
+
+        def train(steps: int = 10, lr: float = 0.1):
+            return steps * lr
+
+
+        def defaults(fn):
+            return {k: p.default for k, p in inspect.signature(fn).parameters.items()}
+    ''',
+    "tests/test_opts.py": '''
+        from pk.registry import OPTIMIZERS
+        import pk.opts  # noqa: F401 (registers them)
+
+
+        def test_adam():
+            assert OPTIMIZERS["adam"](1.0) == 1.0
+    ''',
+    "tests/test_cli.py": '''
+        from pk.cli import defaults, train
+
+
+        def test_cli_defaults():
+            assert defaults(train) == {"steps": 10, "lr": 0.1}
+    ''',
+    "tests/test_other.py": '''
+        def test_other():
+            assert 1 + 1 == 2
+    ''',
+}
+
+recorded, repo = recorded_once("headers", HEADERS)
+
+
+@pytest.mark.parametrize("path, old, new, victim, why", [
+    # A copy-paste slip: sgd now registers under adam's key, so adam's test gets sgd.
+    ("pk/opts.py", '@register("sgd")', '@register("adam")', "tests/test_opts.py::test_adam",
+     "the decorators of sgd changed"),
+    ("pk/cli.py", "steps: int = 10", "steps: int = 20", "tests/test_cli.py::test_cli_defaults",
+     "reads train"),
+])
+def test_a_changed_def_header_selects_who_depends_on_it(repo, path, old, new, victim, why):
+    repo.edit(path, old, new)
+    assert victim in failing(repo, victim.split("::")[0])
+    decisions = repo.decisions()
+    assert decisions[victim]["decision"] == "selected", decisions[victim]
+    assert any(why in r for r in decisions[victim]["reasons"]), decisions[victim]["reasons"]
+    assert decisions["tests/test_other.py::test_other"]["decision"] == "skipped"
