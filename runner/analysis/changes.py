@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
-from fastci.runner.analysis.blocks import MODULE, Block, FileBlocks
+from fastci.runner.analysis.blocks import DOC_ATTRIBUTE, MODULE, Block, FileBlocks
 from fastci.runner.analysis.statements import FunctionChange, function_changes
 
 # Files that change what every test runs under.
@@ -235,6 +235,13 @@ class _Found:
         old_blocks, new_blocks = old_fb.by_qualname(), new_fb.by_qualname()
         for qualname in sorted(set(old_blocks) | set(new_blocks)):
             before, after = old_blocks.get(qualname), new_blocks.get(qualname)
+            if before is not None and after is not None and before.doc != after.doc:
+                # A docstring is a value code reads (argparse's description=__doc__, a
+                # registry's help from fn.__doc__): the blocks that read it are its readers.
+                if qualname == MODULE:  # a bare `__doc__` in the file, or its module's
+                    self.local.setdefault(path, set()).add("__doc__")
+                    self.by_path.setdefault(path, set()).add("__doc__")
+                self.names.add(DOC_ATTRIBUTE)  # `obj.__doc__`, a module's too
             if before is not None and after is not None and before.fingerprint == after.fingerprint:
                 continue
             status = "added" if before is None else "removed" if after is None else "modified"

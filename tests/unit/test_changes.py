@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from selection_world import changes_between, dedented, edit, inventories
 
-from fastci.runner.analysis.blocks import MODULE, parse_blocks
+from fastci.runner.analysis.blocks import DOC_ATTRIBUTE, MODULE, parse_blocks
 from fastci.runner.analysis.changes import (
     FileChange,
     blocks_reading,
@@ -115,8 +115,14 @@ def test_a_function_body_change_changes_that_function_only():
 def test_comment_docstring_and_whitespace_edits_change_no_block(old, new):
     changes = changes_between(LIB, edit(LIB, "pkg/norms.py", old, new))
     assert changes.files == (FileChange("pkg/norms.py", "modified"),)
-    assert changes.blocks == {} and changes.names == frozenset()
+    assert changes.blocks == {}
     assert changes.unresolved == {} and changes.unparseable == {}
+    # A docstring is a value only for the code that reads it: `fn.__doc__` anywhere, a bare
+    # `__doc__` in its own module.
+    docstring = '"""' in old
+    module = old == '"""Norms."""'
+    assert changes.names == (frozenset({DOC_ATTRIBUTE}) if docstring else frozenset())
+    assert changes.local_names == ({"pkg/norms.py": frozenset({"__doc__"})} if module else {})
 
 
 def test_an_added_function_is_an_added_block_and_a_new_module_name():
