@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 SESSION = "*"  # import-time work done before any test file was collected
 DYNAMIC_ALL = "*"  # in TestRecord.dynamic: the whole module namespace was read
+IMPORTED = "<import>"  # ... and: the module was imported by name (importlib.import_module)
 FAILED = ("failed", "error")  # the outcomes that count as a failure
 CALLER = "="  # in Snapshot.import_time origins: the module-level statement that made the call
 

@@ -39,6 +39,34 @@ STRINGS = {
     # after the import: it is hooked as it is created.
     "pk/starry.py": "__all__ = ['STAR', 'OTHER']\nSTAR = 9\nOTHER = 0\n",
     "pk/facade.py": "from pk.starry import *  # noqa: F403\n",
+    # Plugins that register themselves as they are imported by name: a later test gets the
+    # module an earlier one imported, and what its body registered.
+    "pk/zoo.py": '''
+        import importlib
+
+        CONFIGS = {}
+
+
+        def register(name, **config):
+            CONFIGS[name] = config
+
+
+        def get_config(name):
+            importlib.import_module(f"pk.zoo_{name}")
+            return CONFIGS[name]
+    ''',
+    "pk/zoo_tiny.py": 'from pk.zoo import register\n\nregister("tiny", hidden=64)\n',
+    "tests/test_zoo.py": '''
+        from pk.zoo import get_config
+
+
+        def test_zoo_first():
+            assert get_config("tiny")["hidden"] > 0
+
+
+        def test_zoo_second():
+            assert get_config("tiny")["hidden"] == 64
+    ''',
     "tests/test_star.py": '''
         import importlib
 
@@ -182,6 +210,19 @@ def test_a_star_import_that_first_imports_a_module_selects_its_reader(strings):
         assert decisions["tests/test_strings.py::test_unrelated"]["decision"] == "skipped"
     finally:
         strings.edit("pk/starry.py", "STAR = 10", "STAR = 9")
+
+
+def test_a_module_imported_by_name_selects_who_imported_it_later(strings):
+    strings.edit("pk/zoo_tiny.py", "hidden=64", "hidden=128")
+    try:
+        reader = "tests/test_zoo.py::test_zoo_second"
+        assert failing(strings) == {reader}
+        decisions = strings.decisions()
+        assert decisions[reader]["decision"] == "selected"
+        assert any("imported by name" in r for r in decisions[reader]["reasons"])
+        assert decisions["tests/test_strings.py::test_unrelated"]["decision"] == "skipped"
+    finally:
+        strings.edit("pk/zoo_tiny.py", "hidden=128", "hidden=64")
 
 
 def test_reads_by_string_are_exact_by_name(strings):

@@ -415,6 +415,9 @@ class RecordingModule(ModuleType):
 
 
 _getframe = sys._getframe
+# The name read for a module importlib.import_module answered: evidence.IMPORTED (a child
+# imports this module and little else).
+IMPORTED = "<import>"
 _sites: dict = {}  # (id of code, instruction offset) -> _TOOL | _SOURCE | _OTHER | _HELPER
 _site_codes: list = []
 _TOOL, _SOURCE, _OTHER, _HELPER = 0, 1, 2, 3
@@ -590,6 +593,14 @@ def start_reading(root: str, adopt: Callable[[ModuleType], None],
             module = original(name, package)
             if _adopt is not None and type(module) is ModuleType:
                 _adopt(module)
+            reads = _module_reads
+            if reads is not None and type(module) is RecordingModule:
+                # Imported by name: what its body did at import (a plugin registering itself)
+                # is what the caller asked for, even when an earlier test ran that body. Not
+                # pytest importing a test file, nor any other tool.
+                caller = _getframe(1).f_code.co_filename
+                if not (caller in _tool_files or caller.startswith(_tool_dirs)):
+                    reads.add((module, IMPORTED))
             return module
 
         import_module.__wrapped__ = original  # type: ignore[attr-defined]  # as functools.wraps

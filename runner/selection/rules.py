@@ -18,7 +18,14 @@ from fastci.runner.analysis.changes import ChangeSet, blocks_reading, is_native,
 from fastci.runner.analysis.environment import Environment, is_manifest
 from fastci.runner.analysis.inventory import ImportGraph, doctest_digest
 from fastci.runner.config import Settings
-from fastci.runner.evidence import DYNAMIC_ALL, FAILED, SESSION, Snapshot, TestRecord
+from fastci.runner.evidence import (
+    DYNAMIC_ALL,
+    FAILED,
+    IMPORTED,
+    SESSION,
+    Snapshot,
+    TestRecord,
+)
 from fastci.runner.evidence_index import (
     BLOCKS,
     CODE,
@@ -483,7 +490,9 @@ class _Rules:
             if hit:
                 out += [f"{path}::{name}" for name in sorted(hit)]
             elif broad:
-                out.append(f"{path}::{', '.join(names[:MAX_EXAMPLES])} ({broad})")
+                shown = ", ".join(n if n != IMPORTED else "(imported by name)"
+                                  for n in names[:MAX_EXAMPLES])
+                out.append(f"{path}::{shown} ({broad})")
         return out
 
     def _item_code_changed(self, code: Mapping[str, str]) -> str | None:
