@@ -17,6 +17,15 @@ SOURCES = {
             # fused
             return x * 2
     ''',
+    "pk/noisy.py": '''
+        import warnings
+
+
+        def noisy():
+            # a warning shown on stderr shows this file's line: a display, not a read
+            warnings.warn("careful")
+            return 1
+    ''',
     "pk/cli.py": '''
         """Train a tiny model."""
         import argparse
@@ -79,6 +88,11 @@ SOURCES = {
 
         def test_imports_only():
             assert forward(2) == 4
+
+
+        def test_warns_in_a_child():
+            code = "from pk.noisy import noisy; noisy()"
+            assert subprocess.run([sys.executable, "-c", code]).returncode == 0
     ''',
 }
 
@@ -121,3 +135,8 @@ def test_a_changed_docstring_selects_who_reads_it(repo, path, old, new, reader, 
     if other is not None:
         assert decisions[f"{D}::{other}"]["decision"] == "skipped"
     assert decisions[f"{T}::test_imports_only"]["decision"] == "skipped"
+
+
+def test_a_source_line_shown_by_a_warning_is_not_a_read(repo):
+    repo.edit("pk/noisy.py", "# a warning shown", "# any warning shown")
+    assert repo.decisions()[f"{T}::test_warns_in_a_child"]["decision"] == "skipped"

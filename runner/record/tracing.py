@@ -438,6 +438,7 @@ _tool_dirs: tuple[str, ...] = ()
 _tool_files: frozenset[str] = frozenset()
 _helper_dirs: tuple[str, ...] = ()
 _helper_files: frozenset[str] = frozenset()
+_display_files: frozenset[str] = frozenset()  # show source lines: warnings, tracebacks
 _stdlib = "\0"
 _site_packages: tuple[str, ...] = ()
 
@@ -445,6 +446,7 @@ _site_packages: tuple[str, ...] = ()
 def _locate() -> None:
     """Where the tooling and the helpers are, from the modules' own specs."""
     global _tool_dirs, _tool_files, _helper_dirs, _helper_files, _stdlib, _site_packages
+    global _display_files
     def origin(name: str) -> list[str]:
         try:
             spec = find_spec(name)
@@ -463,6 +465,7 @@ def _locate() -> None:
     _helper_dirs = tuple(folder("importlib"))
     _helper_files = frozenset([*origin("inspect"), *origin("linecache"),
                                *origin("traceback")])
+    _display_files = frozenset([*origin("warnings"), *origin("traceback")])
     paths = sysconfig.get_paths()
     _stdlib = os.path.abspath(paths["stdlib"]) + os.sep
     _site_packages = tuple(sorted({os.path.abspath(paths[key]) + os.sep
@@ -491,15 +494,16 @@ def wants_source(path: str, root: str) -> bool:
     text (`inspect.getsource`, a license-header check, a version read with a regex) depends
     on all of it, comments and docstrings too, which its blocks' fingerprints leave out. It
     counts when the first caller outside the standard library and FastCI is repository code
-    (not an import, not pytest rewriting a test file, not a library reading a kernel)."""
+    (not an import, not pytest rewriting a test file, not a library reading a kernel, not a
+    warning or a traceback showing a source line)."""
     if not path.endswith(".py") or not path.startswith(root) or "__pycache__" in path:
         return False
     frame: FrameType | None = _getframe(1)
     ours = _tool_dirs[0] if _tool_dirs else "\0"
     while frame is not None:
         filename = frame.f_code.co_filename
-        if filename.startswith("<frozen importlib"):
-            return False  # the import system loading a module
+        if filename.startswith("<frozen importlib") or filename in _display_files:
+            return False  # the import system loading a module; a warning or traceback shown
         if not (filename.startswith(ours) or filename.startswith(_stdlib)
                 or filename.startswith("<frozen")) or filename.startswith(_site_packages):
             if filename.startswith("<"):
