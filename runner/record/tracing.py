@@ -500,12 +500,16 @@ def wants_source(path: str, root: str) -> bool:
         return False
     frame: FrameType | None = _getframe(1)
     ours = _tool_dirs[0] if _tool_dirs else "\0"
-    while frame is not None:
+    while frame is not None and frame.f_code.co_filename.startswith(ours):
+        skipped, frame = frame, frame.f_back  # the audit hook that asks, and what it called
+        if skipped.f_code.co_name == "_audit":
+            break  # what called it opened the file: FastCI's own code too (capture reading
+    while frame is not None:  # a source to bind names) is tooling, not the test's read
         filename = frame.f_code.co_filename
         if filename.startswith("<frozen importlib") or filename in _display_files:
             return False  # the import system loading a module; a warning or traceback shown
-        if not (filename.startswith(ours) or filename.startswith(_stdlib)
-                or filename.startswith("<frozen")) or filename.startswith(_site_packages):
+        if not (filename.startswith(_stdlib) or filename.startswith("<frozen")) \
+                or filename.startswith(_site_packages):
             if filename.startswith("<"):
                 return True  # code made from a string (`python -c`): the test's, as far as known
             return filename.startswith(_repo_root) and \
