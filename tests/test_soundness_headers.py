@@ -1,8 +1,9 @@
 """What a def statement evaluates in its parent: decorators, which run as the module is
 imported (a registry filled by `@register("adam")`), and a signature, which code reads
-without calling the function (`inspect.signature`, a CLI built from the defaults). Each
-case changes only that, so that a test that never ran the function fails; FastCI must select
-it, and still skip a test that neither imports the module nor names the function."""
+without calling the function (`inspect.signature`, a CLI built from the defaults); and a
+class changed beyond its methods, which a test reached through a registry, not its name.
+Each case changes only that, so that a test that never ran the changed code fails; FastCI
+must select it, and still skip a test that neither imports the module nor names it."""
 
 from __future__ import annotations
 
@@ -35,6 +36,19 @@ HEADERS = {
         def sgd(lr):
             return lr / 2
     ''',
+    # A class reached only through the registry, never by its name.
+    "pk/layers.py": '''
+        from pk.registry import register
+
+
+        @register("block")
+        class Block:
+            __slots__ = ("w", "b")
+
+            def __init__(self):
+                self.w = 1
+                self.b = 2
+    ''',
     "pk/cli.py": '''
         import inspect
 
@@ -53,6 +67,14 @@ HEADERS = {
 
         def test_adam():
             assert OPTIMIZERS["adam"](1.0) == 1.0
+    ''',
+    "tests/test_layers.py": '''
+        import pk.layers  # noqa: F401 (registers it)
+        from pk.registry import OPTIMIZERS
+
+
+        def test_block():
+            assert OPTIMIZERS["block"]().b == 2
     ''',
     "tests/test_cli.py": '''
         from pk.cli import defaults, train
@@ -76,6 +98,9 @@ recorded, repo = recorded_once("headers", HEADERS)
      "the decorators of sgd changed"),
     ("pk/cli.py", "steps: int = 10", "steps: int = 20", "tests/test_cli.py::test_cli_defaults",
      "reads train"),
+    # Not a def: a class-body statement of a class its test ran only through the registry.
+    ("pk/layers.py", '__slots__ = ("w", "b")', '__slots__ = ("w",)',
+     "tests/test_layers.py::test_block", "Block.__init__ reads Block"),
 ])
 def test_a_changed_def_header_selects_who_depends_on_it(repo, path, old, new, victim, why):
     repo.edit(path, old, new)

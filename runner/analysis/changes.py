@@ -53,6 +53,10 @@ class ChangeSet:
     functions: Mapping[tuple[str, str], FunctionChange] = field(default_factory=dict)
     """(path, qualname) -> how a modified function changed statement by statement, where
     both its sources were at hand (`statements.py`)."""
+    broad_classes: frozenset[tuple[str, str]] = frozenset()
+    """(path, class) whose change reaches every user of the class (its header, an attribute
+    or field, a special method), beyond gaining plain methods: the tests that ran one of its
+    methods use it, even when they reached it without its name (a registry's `make("block")`)."""
 
     @property
     def paths(self) -> list[str]:
@@ -130,7 +134,7 @@ def analyse(files: tuple[FileChange, ...], old_inv: Mapping[str, FileBlocks],
                      local_names={p: frozenset(n) for p, n in found.local.items()},
                      unresolved=found.unresolved, added_methods=found.added_methods,
                      names_by_path={p: frozenset(n) for p, n in found.by_path.items() if n},
-                     functions=functions)
+                     functions=functions, broad_classes=frozenset(found.broad_classes))
 
 
 def _function_changes(blocks: Mapping[tuple[str, str], str], old_inv: Mapping[str, FileBlocks],
@@ -185,6 +189,7 @@ class _Found:
     unresolved: dict[str, str] = field(default_factory=dict)
     added_methods: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
     by_path: dict[str, set[str]] = field(default_factory=dict)
+    broad_classes: set[tuple[str, str]] = field(default_factory=set)
 
     def add(self, change: FileChange, old_inv: Mapping[str, FileBlocks],
             new_inv: Mapping[str, FileBlocks]) -> None:
@@ -280,6 +285,8 @@ class _Found:
             added = _only_added_methods(before, after, changed_statements)
             if added:
                 self.added_methods[(path, qualname)] = added
+            else:  # ... and whoever ran its methods: it may have reached it by a registry
+                self.broad_classes.add((path, qualname))
         for statement in changed_statements:
             if statement.kind == "other":
                 self.unresolved[path] = (
@@ -373,6 +380,12 @@ def blocks_reading(changes: ChangeSet, inventories: Mapping[str, FileBlocks]
             hit = visible.intersection(block.reads)
             if hit:
                 out[(path, block.qualname)] = hit
+    for path, cls in sorted(changes.broad_classes):  # its methods use the class itself
+        found = inventories.get(path)
+        short = frozenset({cls.rsplit(".", 1)[-1]})
+        for block in found.blocks if found is not None else ():
+            if block.qualname.startswith(cls + ".") and block.kind == "function":
+                out[(path, block.qualname)] = out.get((path, block.qualname), frozenset()) | short
     return out
 
 
