@@ -1,11 +1,13 @@
 """Pruning's replays run the change's code: in the App they run on a runner worker, as the
 sandbox user, never beside the App's key (issue 11, route 4 and build step 4).
 
-The pull request makes two equivalent changes to torch modules whose calls the base recorded.
-One (`Scale`) also probes, from inside its forward, for the App's key, the worker's environment
-and the mirror, and writes down what it got and as whom it ran. The other (`Shift`) forges
-the replay's results at exit, claiming lines of a file outside the tree. The selection side,
-in this process, prunes through a real `fastci worker --gpu 0` on a Redis of the test's own.
+The pull request makes three equivalent changes to torch modules whose calls the base
+recorded. One (`Scale`) also probes, from inside its forward, for the App's key, the worker's
+environment and the mirror, and writes down what it got and as whom it ran: files the old code
+never looked at, so its test stays selected (`said.files`). Another (`Shift`) forges the
+replay's results at exit, claiming lines of a file outside the tree. The third (`Bias`) is
+only equivalent, and is pruned. The selection side, in this process, prunes through a real
+`fastci worker --gpu 0` on a Redis of the test's own.
 """
 
 from __future__ import annotations
@@ -55,11 +57,16 @@ class Scale(nn.Module):
 class Shift(nn.Module):
     def forward(self, x):
         return x + 2.0
+
+
+class Bias(nn.Module):
+    def forward(self, x):
+        return x - 1.0
 '''
 TESTS = '''
 import torch
 
-from net.layers import Scale, Shift
+from net.layers import Bias, Scale, Shift
 
 
 def test_scale():
@@ -73,6 +80,10 @@ def test_scale():
 def test_shift(monkeypatch):
     monkeypatch.setenv("NET_MODE", "shift")  # its replays get a process of their own
     assert torch.equal(Shift()(torch.zeros(2)), torch.full((2,), 2.0))
+
+
+def test_bias():
+    assert torch.equal(Bias()(torch.zeros(2)), torch.full((2,), -1.0))
 '''
 PROBE = '''
     def forward(self, x):
@@ -135,6 +146,7 @@ def world(tmp_path, monkeypatch, request):
                         .replace("\n", "\n    ").rstrip() + "\n", 1)
     text = text.replace("    def forward(self, x):\n        return x + 2.0\n",
                         textwrap.indent(textwrap.dedent(FORGE).strip("\n"), "    ") + "\n")
+    text = text.replace("return x - 1.0", "return -1.0 + x")
     layers.write_text(text)
     head = remote.commit("equivalent changes, with a probe and a forgery")
     selection_side(monkeypatch, tmp_path, key, workspace, prefix, url, APP_ID)
@@ -174,18 +186,23 @@ def test_the_app_prunes_through_a_sandboxed_runner_and_the_change_reaches_nothin
     fake, base, head, marker, runner = world
     outcome, selection = select(fake, base, head, runner)
     summary, text = selection["output"]["summary"], selection["output"]["text"]
-    # Scale's change is equivalent: pruned on the runner's replays.
+    # Bias's change is equivalent: pruned on the runner's replays. Scale's probe opened
+    # files its old forward never looked at: kept, though it returns the same values.
     assert "1 pruned" in selection["output"]["title"], summary
-    assert "### Pruned" in text and "test_scale" in text.split("### Pruned")[1]
-    # The head's forward ran there, as the sandbox user, and found nothing to take.
+    assert "### Pruned" in text and "test_bias" in text.split("### Pruned")[1]
+    assert "`tests/test_net.py::test_scale` not pruned: Scale under the new code differs at " \
+        "said.files" in summary, summary
+    # The head's forward ran there, as the sandbox user, and found nothing to take: in its
+    # replay, and in the shard that then ran test_scale (recording it: the child hand-over
+    # variables name the test's folders, no secret).
     found = json.loads(marker.read_text())
     assert found["uid"] == pwd_uid(SANDBOX_USER) != os.getuid()
-    assert found["fastci_env"] == []
+    assert [k for k in found["fastci_env"] if not k.startswith("FASTCI_CHILD_")] == []
     for probe in ("key", "parent environ", "store", "mirror config"):
         assert found[probe] is None, (probe, found[probe])
     # Shift's replay forged its results: rejected, so the test stays selected and runs.
     assert "test_shift" in summary and "rejected" in summary, summary
-    assert outcome["selected"] == 1 and outcome["failed"] == 0
+    assert outcome["selected"] == 2 and outcome["failed"] == 0
     assert not list(runner.dir.iterdir())  # the replay job's folder is gone
 
 
