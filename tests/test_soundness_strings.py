@@ -165,6 +165,13 @@ def strings(tmp_path_factory):
     return project
 
 
+@pytest.fixture
+def repo(strings):
+    """The recorded repository for one case: its edits are undone afterwards."""
+    yield strings
+    strings.git("checkout", "-q", "--", ".")
+
+
 def failing(project) -> set[str]:
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "-rf", "tests"], cwd=project.root, capture_output=True, text=True)
@@ -183,60 +190,48 @@ def failing(project) -> set[str]:
     ("pk/meta.py", "'1.0'", "'1.1'", "test_dunder_by_string"),
     ("pk/plugins.py", "RANK = 7", "RANK = 8", "test_own_inspect_module"),
 ])
-def test_a_name_read_by_string_selects_its_reader(strings, path, old, new, reader):
-    strings.edit(path, old, new)
-    try:
-        reader = f"tests/test_strings.py::{reader}"
-        assert failing(strings) == {reader}
-        result = strings.select()
-        decisions = {t["id"]: t for t in result["tests"]}
-        assert decisions[reader]["decision"] == "selected"
-        assert any("by string" in r or "globals()" in r
-                   for r in decisions[reader]["reasons"])
-        assert decisions["tests/test_strings.py::test_unrelated"]["decision"] == "skipped"
-    finally:
-        strings.edit(path, new, old)
+def test_a_name_read_by_string_selects_its_reader(repo, path, old, new, reader):
+    repo.edit(path, old, new)
+    reader = f"tests/test_strings.py::{reader}"
+    assert failing(repo) == {reader}
+    result = repo.select()
+    decisions = {t["id"]: t for t in result["tests"]}
+    assert decisions[reader]["decision"] == "selected"
+    assert any("by string" in r or "globals()" in r
+               for r in decisions[reader]["reasons"])
+    assert decisions["tests/test_strings.py::test_unrelated"]["decision"] == "skipped"
 
 
-def test_a_star_import_that_first_imports_a_module_selects_its_reader(strings):
-    strings.edit("pk/starry.py", "STAR = 9", "STAR = 10")
-    try:
-        reader = "tests/test_star.py::test_star_import"
-        assert failing(strings) == {reader}
-        decisions = strings.decisions()
-        assert decisions[reader]["decision"] == "selected"
-        assert any("by string" in r and "pk/starry.py::STAR" in r
-                   for r in decisions[reader]["reasons"])
-        assert decisions["tests/test_strings.py::test_unrelated"]["decision"] == "skipped"
-    finally:
-        strings.edit("pk/starry.py", "STAR = 10", "STAR = 9")
+def test_a_star_import_that_first_imports_a_module_selects_its_reader(repo):
+    repo.edit("pk/starry.py", "STAR = 9", "STAR = 10")
+    reader = "tests/test_star.py::test_star_import"
+    assert failing(repo) == {reader}
+    decisions = repo.decisions()
+    assert decisions[reader]["decision"] == "selected"
+    assert any("by string" in r and "pk/starry.py::STAR" in r
+               for r in decisions[reader]["reasons"])
+    assert decisions["tests/test_strings.py::test_unrelated"]["decision"] == "skipped"
 
 
-def test_a_module_imported_by_name_selects_who_imported_it_later(strings):
-    strings.edit("pk/zoo_tiny.py", "hidden=64", "hidden=128")
-    try:
-        reader = "tests/test_zoo.py::test_zoo_second"
-        assert failing(strings) == {reader}
-        decisions = strings.decisions()
-        assert decisions[reader]["decision"] == "selected"
-        assert any("imported by name" in r for r in decisions[reader]["reasons"])
-        assert decisions["tests/test_strings.py::test_unrelated"]["decision"] == "skipped"
-    finally:
-        strings.edit("pk/zoo_tiny.py", "hidden=128", "hidden=64")
+def test_a_module_imported_by_name_selects_who_imported_it_later(repo):
+    repo.edit("pk/zoo_tiny.py", "hidden=64", "hidden=128")
+    reader = "tests/test_zoo.py::test_zoo_second"
+    assert failing(repo) == {reader}
+    decisions = repo.decisions()
+    assert decisions[reader]["decision"] == "selected"
+    assert any("imported by name" in r for r in decisions[reader]["reasons"])
+    assert decisions["tests/test_strings.py::test_unrelated"]["decision"] == "skipped"
 
 
-def test_reads_by_string_are_exact_by_name(strings):
+def test_reads_by_string_are_exact_by_name(repo):
     """Reading SCALE by string does not make a test depend on every value of the module."""
-    strings.edit("pk/consts.py", "UNUSED = 0", "UNUSED = 1")
-    try:
-        selected = strings.selected()
-        assert "tests/test_strings.py::test_getattr_import_module" not in selected
-        assert "tests/test_strings.py::test_dunder_import" not in selected
-        # vars() and __dict__ read the whole namespace: any changed value selects them.
-        assert {"tests/test_strings.py::test_vars",
-                "tests/test_strings.py::test_module_dict"} <= selected
-    finally:
-        strings.edit("pk/consts.py", "UNUSED = 1", "UNUSED = 0")
+    repo.edit("pk/consts.py", "UNUSED = 0", "UNUSED = 1")
+    selected = repo.selected()
+    assert "tests/test_strings.py::test_getattr_import_module" not in selected
+    assert "tests/test_strings.py::test_dunder_import" not in selected
+    # vars() and __dict__ read the whole namespace: any changed value selects them.
+    assert {"tests/test_strings.py::test_vars",
+            "tests/test_strings.py::test_module_dict"} <= selected
 
 
 def test_evidence_names_what_was_read_by_string(strings):
