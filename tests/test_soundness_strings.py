@@ -202,24 +202,20 @@ def test_a_name_read_by_string_selects_its_reader(repo, path, old, new, reader):
     assert decisions["tests/test_strings.py::test_unrelated"]["decision"] == "skipped"
 
 
-def test_a_star_import_that_first_imports_a_module_selects_its_reader(repo):
-    repo.edit("pk/starry.py", "STAR = 9", "STAR = 10")
-    reader = "tests/test_star.py::test_star_import"
+@pytest.mark.parametrize("path, old, new, reader, why", [
+    # A star import that first imports the module reads it as its body ends.
+    ("pk/starry.py", "STAR = 9", "STAR = 10", "tests/test_star.py::test_star_import",
+     "pk/starry.py::STAR"),
+    # A plugin a later test gets already imported, with what its body registered.
+    ("pk/zoo_tiny.py", "hidden=64", "hidden=128", "tests/test_zoo.py::test_zoo_second",
+     "imported by name"),
+])
+def test_a_module_read_as_it_is_imported_selects_its_reader(repo, path, old, new, reader, why):
+    repo.edit(path, old, new)
     assert failing(repo) == {reader}
     decisions = repo.decisions()
     assert decisions[reader]["decision"] == "selected"
-    assert any("by string" in r and "pk/starry.py::STAR" in r
-               for r in decisions[reader]["reasons"])
-    assert decisions["tests/test_strings.py::test_unrelated"]["decision"] == "skipped"
-
-
-def test_a_module_imported_by_name_selects_who_imported_it_later(repo):
-    repo.edit("pk/zoo_tiny.py", "hidden=64", "hidden=128")
-    reader = "tests/test_zoo.py::test_zoo_second"
-    assert failing(repo) == {reader}
-    decisions = repo.decisions()
-    assert decisions[reader]["decision"] == "selected"
-    assert any("imported by name" in r for r in decisions[reader]["reasons"])
+    assert any("by string" in r and why in r for r in decisions[reader]["reasons"])
     assert decisions["tests/test_strings.py::test_unrelated"]["decision"] == "skipped"
 
 
