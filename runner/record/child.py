@@ -146,7 +146,7 @@ def reach_with(reached: tracing.Reached) -> None:
 
 def _start_reaching(root: str) -> None:
     """Note reads by string from here on. A fresh interpreter hooks the repository's modules
-    itself (those imported already, and each one as it is created); a fork inherits hooked
+    itself (those imported already, and each one as its body ends); a fork inherits hooked
     modules and counts afresh."""
     global _reached
     if _reached is None:
