@@ -21,6 +21,7 @@ SESSION = "*"  # import-time work done before any test file was collected
 DYNAMIC_ALL = "*"  # in TestRecord.dynamic: the whole module namespace was read
 IMPORTED = "<import>"  # ... and: the module was imported by name (importlib.import_module)
 FAILED = ("failed", "error")  # the outcomes that count as a failure
+ABSENT = "-"  # in TestRecord.files: a path the test looked for and did not find
 CALLER = "="  # in Snapshot.import_time origins: the module-level statement that made the call
 
 
@@ -34,7 +35,9 @@ class TestRecord:
     outcome: str  # passed | failed | skipped | error
     duration: float
     blocks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # path -> qualnames
-    files: Mapping[str, str] = field(default_factory=dict)  # non-Python path -> blob sha
+    files: Mapping[str, str] = field(default_factory=dict)
+    """non-Python path -> blob sha it had when the test read it or asked about it (stat), or
+    ABSENT for a path (of any kind) it looked for and did not find."""
     dirs: tuple[str, ...] = ()  # directories the test listed
     spawns: tuple[str, ...] = ()  # child processes able to run the repo's Python (untraced)
     kernels: Mapping[str, str] = field(default_factory=dict)  # "path::qualname" -> hash

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from fastci.runner.evidence import TestRecord
+from fastci.runner.evidence import ABSENT, TestRecord
 
 INDEX_VERSION = 2  # the packed form; another is ignored (full selection), never read as this
 
@@ -51,8 +51,8 @@ Counts = list[int]  # [blocks, files with blocks, data files, kernels] (as JSON 
 
 def evidence_counts(test: TestRecord) -> Counts:
     """What a skipped test's reason quotes of its evidence."""
-    return [sum(len(q) for q in test.blocks.values()), len(test.blocks), len(test.files),
-            len(test.kernels)]
+    return [sum(len(q) for q in test.blocks.values()), len(test.blocks),
+            sum(1 for sha in test.files.values() if sha != ABSENT), len(test.kernels)]
 
 
 def _keys(test: TestRecord) -> Iterable[tuple[str, tuple[str, ...]]]:

@@ -83,6 +83,7 @@ class _State:
         self.ppid = os.getppid()
         self.name = f"{self.pid}-{os.urandom(4).hex()}"
         self.files: set[str] = set()
+        self.absent: set[str] = set()  # paths looked for and not found
         self.kernels: set[tuple[str, str]] = set()
         self.ranks: list[dict] = []
         self.spawned = 0
@@ -129,6 +130,7 @@ def begin(tag: str, folder: str, root: str, cov, lines=None) -> None:
         _state.lines = own_lines(root)
     compiled.start(_on_compiled_entry, _on_compile)
     _install_hooks()
+    tracing.probe_files(root, _probed)
     _install_sigterm()
     try:
         os.makedirs(tag_folder(folder, tag), exist_ok=True)
@@ -304,6 +306,7 @@ def _finish(state: _State, event: str) -> None:
         _write(state.path(".json"), {
             "format": FORMAT, "event": event, "pid": state.pid, "ppid": state.ppid,
             "tag": state.tag, "argv": _argv(), "lines": lines, "files": sorted(state.files),
+            "absent": sorted(state.absent),
             "kernels": sorted(state.kernels), "ranks": state.ranks,
             "spawned": state.spawned, "compiled": state.compiled, "error": error,
             "reads": reached.get("reads", []), "credited": reached.get("credited", []),
@@ -511,12 +514,24 @@ def _note(state: _State, event: str, args: tuple) -> None:
             return
         path = os.fsdecode(path)
         full = path if path.startswith("/") else os.path.join(os.getcwd(), path)
-        if (tracing.wants(full, state.root) or tracing.wants_source(full, state.root)) \
-                and os.path.isfile(full):
-            state.files.add(os.path.normpath(full))
+        if tracing.wants(full, state.root) or tracing.wants_source(full, state.root):
+            _probed("open", full)
     elif event in ("subprocess.Popen", "os.posix_spawn", "os.spawn"):
         if tracing._describe_spawn(event, args):
             state.spawned += 1
+
+
+def _probed(kind: str, full: str) -> None:
+    """A file opened or asked about (`tracing.probe_files`), as the recorder notes it."""
+    state = _state
+    if state is None or state.pid != os.getpid():
+        return
+    if kind == "absent" or not tracing.is_file(full):
+        if kind != "probe" and tracing.may_appear(full, state.root) and \
+                not tracing.lexists(full):
+            state.absent.add(os.path.normpath(full))
+    elif kind == "open" or tracing.wants(full, state.root):
+        state.files.add(os.path.normpath(full))
 
 
 def _on_compiled_entry(kind: str, origin: str) -> None:  # noqa: ARG001

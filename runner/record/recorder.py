@@ -39,7 +39,14 @@ from typing import TYPE_CHECKING, Iterator
 from fastci.runner.analysis import inventory
 from fastci.runner.analysis.blocks import MODULE, FileBlocks, ModuleStatements
 from fastci.runner.analysis.environment import Environment, current, is_manifest, lock_hash
-from fastci.runner.evidence import DYNAMIC_ALL, SESSION, ImportCaller, Snapshot, TestRecord
+from fastci.runner.evidence import (
+    ABSENT,
+    DYNAMIC_ALL,
+    SESSION,
+    ImportCaller,
+    Snapshot,
+    TestRecord,
+)
 from fastci.runner.git import WORKTREE, Repo
 from fastci.runner.record import child, compiled, lines, tracing
 from fastci.runner.record.capture import CAPTURED, INSIDE, Capture, ModuleCapture
@@ -103,6 +110,7 @@ class Recorder:
         self.context = SESSION_CONTEXT
         self.files: dict[str, set[str]] = defaultdict(set)
         self.dirs: dict[str, set[str]] = defaultdict(set)
+        self.absent: dict[str, set[str]] = defaultdict(set)  # paths looked for, not found
         self.spawns: dict[str, set[str]] = defaultdict(set)
         self.kernels: dict[str, set[tuple[str, str]]] = defaultdict(set)
         self.compiled_contexts: set[str] = set()  # contexts that entered compiled code
@@ -151,6 +159,7 @@ class Recorder:
             self._lines.start()
         self._lines.switch(SESSION_CONTEXT)
         tracing.start(self._on_file)
+        tracing.probe_files(self.root, self._on_file)
         compiled.start(self._on_compiled_entry, self._on_compile)
         child.after_import("torch._dynamo", compiled.install)
         child.after_import("torch.jit", compiled.install_script)
@@ -166,6 +175,7 @@ class Recorder:
     def _detach_in_fork(self) -> None:
         """In a forked child: the parent's hooks stop here; the child records on its own."""
         tracing.stop()
+        tracing.probe_files(self.root, None)
         compiled.stop()
         self.import_calls.close()
         self._kernel_hook.uninstall()
@@ -306,10 +316,16 @@ class Recorder:
                     self.children.on_spawn()
             return
         full = path if path.startswith("/") else os.path.join(os.getcwd(), path)
-        if kind == "open":
-            if (tracing.wants(full, self.root) or tracing.wants_source(full, self.root)) \
-                    and os.path.isfile(full):
-                self.files[self.context].add(os.path.normpath(full))
+        if kind == "open" or kind == "probe":
+            if tracing.wants(full, self.root) or \
+                    (kind == "open" and tracing.wants_source(full, self.root)):
+                if tracing.is_file(full):
+                    self.files[self.context].add(os.path.normpath(full))
+                elif kind == "open" and not tracing.lexists(full):
+                    self.absent[self.context].add(os.path.normpath(full))
+        elif kind == "absent":
+            if tracing.may_appear(full, self.root):
+                self.absent[self.context].add(os.path.normpath(full))
         elif full.startswith(self.root):
             self.dirs[self.context].add(os.path.normpath(full))
 
@@ -423,6 +439,7 @@ class Recorder:
     def _stop_hooks(self) -> None:
         """Nothing the process does from here on is evidence."""
         tracing.stop()
+        tracing.probe_files(self.root, None)
         compiled.stop()
         self.import_calls.close()
         tracing.stop_reading(self._hooked)
@@ -469,7 +486,7 @@ class Recorder:
             tests[nodeid] = TestRecord(
                 test_id=nodeid, outcome=test.outcome, duration=test.duration,
                 blocks=self._blocks(nodeid, test, seen, inventories),
-                files=shas.hash_all(seen.files),
+                files=_data_evidence(shas, seen.files, seen.absent, self.root),
                 dirs=tuple(sorted(os.path.relpath(d, self.root) for d in seen.dirs)),
                 kernels={k: kernel_hash[k] for k in (f"{p}::{q}" for p, q in seen.kernels)},
                 markers=test.markers, dimension=test.dimension,
@@ -528,6 +545,7 @@ class Recorder:
                 self._merge_child_captures(tag, captured, lines_by_context, child_lines)
             self.files[tag] |= {f for f in evidence.files  # Python files: read as data
                                 if tracing.wants(f, self.root) or f.endswith(".py")}
+            self.absent[tag] |= {f for f in evidence.absent if tracing.may_appear(f, self.root)}
             self.kernels[tag] |= {(os.path.relpath(f, self.root), q)
                                   for f, q in evidence.kernels}
             for into, pairs in ((self.child_reads, evidence.reads),
@@ -586,6 +604,7 @@ class Recorder:
                 seen.lines[path] |= ls
             seen.files |= self.files.get(context, set())
             seen.dirs |= self.dirs.get(context, set())
+            seen.absent |= self.absent.get(context, set())
             seen.kernels |= self.kernels.get(context, set())
         return seen
 
@@ -616,8 +635,12 @@ class Recorder:
         return seen.kernels | self._memoized(nodeid, test)
 
     def _session_files(self, shas: _FileHasher) -> dict[str, str]:
-        """Non-Python files read at session start or while a test file was collected."""
+        """Non-Python files read at session start or while a test file was collected, and
+        paths looked for then and not found (ABSENT)."""
         session_files: dict[str, str] = {}
+        for context, missing in self.absent.items():
+            if context == SESSION_CONTEXT or context.startswith("collect:"):
+                session_files.update((os.path.relpath(p, self.root), ABSENT) for p in missing)
         for context, opened in self.files.items():
             if context == SESSION_CONTEXT or context.startswith("collect:"):
                 # A text file collected as tests (--doctest-glob, a YAML plugin) is read by
@@ -762,8 +785,18 @@ class _Seen:
     lines: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
     files: set[str] = field(default_factory=set)
     dirs: set[str] = field(default_factory=set)
+    absent: set[str] = field(default_factory=set)
     kernels: set[tuple[str, str]] = field(default_factory=set)
     spawns: set[str] = field(default_factory=set)
+
+
+def _data_evidence(shas: _FileHasher, opened: set[str], absent: set[str],
+                   root: str) -> dict[str, str]:
+    """The files a test read (their shas) and the paths it looked for and did not find
+    (ABSENT); a path it looked for and then made and read is a file it read."""
+    out = {os.path.relpath(p, root): ABSENT for p in absent}
+    out.update(shas.hash_all(opened))
+    return out
 
 
 def _import_time(inventories: dict[str, FileBlocks],

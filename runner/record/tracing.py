@@ -12,6 +12,7 @@ import functools
 import importlib
 import importlib.abc
 import os
+import stat
 import sys
 import sysconfig
 from importlib.util import find_spec
@@ -52,6 +53,104 @@ def _audit(event: str, args: tuple) -> None:
         if isinstance(path, int):
             return
         sink("list", os.fsdecode(path) if path is not None else ".")
+
+
+# -- os.stat: a file asked about, never opened ----------------------------------------------
+# Python raises no audit event for stat, and the kernel no file event. A test that learns a
+# data file's size (`os.path.getsize` of a token file) or whether a path exists (an override
+# file, a cache someone may add) depends on it all the same. While recording, os.stat,
+# os.lstat and os.access (what os.path.exists, getsize, isfile, glob and pathlib's exists,
+# stat and is_file call) report a question about a path under the repository to the sink:
+# "probe" for a path that answered, "absent" for one that did not exist. importlib stats
+# through the posix module, which stays as it is: imports cost nothing more.
+_probe_sink: Callable[[str, str], None] | None = None
+_probe_root = "\0"
+_stat_originals: dict[str, Callable] = {}
+
+
+def _probing(name: str, original: Callable) -> Callable:
+    missing = (FileNotFoundError, NotADirectoryError)
+
+    def probe(path, *args, **kwargs):
+        sink = _probe_sink
+        if sink is None or isinstance(path, int) or kwargs.get("dir_fd") is not None:
+            return original(path, *args, **kwargs)
+        try:
+            answer = original(path, *args, **kwargs)
+        except missing:
+            _asked(sink, path, "absent")
+            raise
+        if answer is False:  # os.access: no such path, or no permission
+            try:
+                _stat_originals["lstat"](path)
+            except missing:
+                _asked(sink, path, "absent")
+            except OSError:
+                pass
+            return answer
+        _asked(sink, path, "probe")
+        return answer
+
+    probe.__wrapped__ = original  # type: ignore[attr-defined]  # as functools.wraps
+    probe.__name__ = probe.__qualname__ = name
+    probe.__doc__ = original.__doc__
+    return probe
+
+
+def _asked(sink: Callable[[str, str], None], path, kind: str) -> None:
+    try:
+        full = os.fsdecode(os.fspath(path))
+    except TypeError:
+        return
+    if not full.startswith("/"):
+        full = os.path.join(os.getcwd(), full)
+    if full.startswith(_probe_root) and _probe_counts(_getframe(2)):
+        sink(kind, full)
+
+
+def _probe_counts(frame: FrameType | None) -> bool:
+    """A question counts unless tooling asked it (pytest finding conftest files, coverage
+    resolving a file name, FastCI itself) or a source line was looked up for display
+    (linecache, under a warning or a traceback)."""
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename in _display_files or filename in _probe_quiet:
+            return False
+        if not (filename.startswith(_stdlib) or filename.startswith("<frozen")) or \
+                filename.startswith(_site_packages):
+            return not (filename in _tool_files or filename.startswith(_tool_dirs))
+        frame = frame.f_back
+    return False
+
+
+def probe_files(root: str, sink: Callable[[str, str], None] | None) -> None:
+    """Report stat questions about paths under `root` to `sink(kind, path)`; None stops."""
+    global _probe_sink, _probe_root
+    if not _stat_originals:
+        for name in ("stat", "lstat", "access"):
+            original = _stat_originals[name] = getattr(os, name)
+            setattr(os, name, _probing(name, original))
+    _probe_root = root.rstrip("/") + "/"
+    if sink is not None and not _tool_dirs:
+        _locate()
+    _probe_sink = sink
+
+
+def lexists(path: str) -> bool:
+    """os.path.lexists without asking the probes."""
+    try:
+        _stat_originals.get("lstat", os.lstat)(path)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def is_file(path: str) -> bool:
+    """os.path.isfile without asking the probes (the recorder's own question)."""
+    try:
+        return stat.S_ISREG(_stat_originals.get("stat", os.stat)(path).st_mode)
+    except (OSError, ValueError):
+        return False
 
 
 _SPAWNS = ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.spawn", "os.fork",
@@ -119,6 +218,17 @@ def wants(path: str, root: str) -> bool:
     rel = path[len(root):].lstrip("/")
     top = rel.split("/", 1)[0]
     return bool(rel) and top not in (".git", ".fastci") and "__pycache__" not in rel
+
+
+def may_appear(path: str, root: str) -> bool:
+    """A path under the repository, outside FastCI's and git's own folders, whose appearing
+    a test could notice: any kind of file, a Python module (a plugin found by its file) too."""
+    if not path.startswith(root):
+        return False
+    rel = path[len(root):].lstrip("/")
+    top = rel.split("/", 1)[0]
+    return bool(rel) and top not in (".git", ".fastci") and "__pycache__" not in rel \
+        and not rel.endswith((".pyc", ".pyo"))
 
 
 class KernelHook:
@@ -439,6 +549,7 @@ _tool_files: frozenset[str] = frozenset()
 _helper_dirs: tuple[str, ...] = ()
 _helper_files: frozenset[str] = frozenset()
 _display_files: frozenset[str] = frozenset()  # show source lines: warnings, tracebacks
+_probe_quiet: frozenset[str] = frozenset()  # looks files up for display: linecache
 _stdlib = "\0"
 _site_packages: tuple[str, ...] = ()
 
@@ -446,7 +557,7 @@ _site_packages: tuple[str, ...] = ()
 def _locate() -> None:
     """Where the tooling and the helpers are, from the modules' own specs."""
     global _tool_dirs, _tool_files, _helper_dirs, _helper_files, _stdlib, _site_packages
-    global _display_files
+    global _display_files, _probe_quiet
     def origin(name: str) -> list[str]:
         try:
             spec = find_spec(name)
@@ -466,6 +577,7 @@ def _locate() -> None:
     _helper_files = frozenset([*origin("inspect"), *origin("linecache"),
                                *origin("traceback")])
     _display_files = frozenset([*origin("warnings"), *origin("traceback")])
+    _probe_quiet = frozenset(origin("linecache"))
     paths = sysconfig.get_paths()
     _stdlib = os.path.abspath(paths["stdlib"]) + os.sep
     _site_packages = tuple(sorted({os.path.abspath(paths[key]) + os.sep

@@ -3,6 +3,7 @@ the pruning evidence and what was recorded for it."""
 
 from __future__ import annotations
 
+from fastci.runner.evidence import ABSENT
 from fastci.runner.selection.report import Selection
 
 
@@ -56,9 +57,13 @@ def explain(sel: Selection, test_id: str, evidence=None, not_pruned: str | None 
         for path in sorted(evidence.blocks)[:10]:
             lines.append(f"      {path}: {', '.join(evidence.blocks[path][:6])}"
                          + (" …" if len(evidence.blocks[path]) > 6 else ""))
-        if evidence.files:
-            lines.append(f"    read {len(evidence.files)} data files: "
-                         + ", ".join(sorted(evidence.files)[:8]))
+        read = sorted(p for p, sha in evidence.files.items() if sha != ABSENT)
+        missing = sorted(p for p, sha in evidence.files.items() if sha == ABSENT)
+        if read:
+            lines.append(f"    read {len(read)} data files: " + ", ".join(read[:8]))
+        if missing:
+            lines.append(f"    looked for {len(missing)} missing paths: "
+                         + ", ".join(missing[:8]))
         if evidence.kernels:
             lines.append("    launched kernels: " + ", ".join(sorted(evidence.kernels)))
         if evidence.dynamic:

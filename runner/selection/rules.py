@@ -19,6 +19,7 @@ from fastci.runner.analysis.environment import Environment, is_manifest
 from fastci.runner.analysis.inventory import ImportGraph, doctest_digest
 from fastci.runner.config import Settings
 from fastci.runner.evidence import (
+    ABSENT,
     DYNAMIC_ALL,
     FAILED,
     IMPORTED,
@@ -125,8 +126,13 @@ def _select_all_reasons(inp: SelectionInput, snap: Snapshot) -> list[str]:
             is_manifest(c.path) for c in changes.files):
         reasons.append("the dependency lock differs from the one the evidence was recorded "
                        "with")
+    new_folders = _added_folders(changes)
     for path, sha in sorted(snap.session_files.items()):
-        if _file_sha(inp, path) != sha:
+        how = _input_change(inp, path, sha, new_folders)
+        if how == "added":
+            reasons.append(f"{path} was looked for at import time, outside any test, and "
+                           "was added")
+        elif how is not None:
             reasons.append(f"{path} was read at import time, outside any test, and changed")
     for path, qualnames in snap.import_time.items():
         for qualname, origins in qualnames.items():
@@ -149,6 +155,31 @@ def _file_sha(inp: SelectionInput, path: str) -> str | None:
     if path in inp.head_tree:
         return inp.head_tree[path]
     return inp.untracked_shas.get(path)
+
+
+def _added_folders(changes: ChangeSet) -> frozenset[str]:
+    """Every folder above an added file: a path looked for and not found may now be one."""
+    out = set()
+    for path, change in changes.file_status().items():
+        if change.status in ("added", "renamed"):
+            folder = posixpath.dirname(path)
+            while folder:
+                out.add(folder)
+                folder = posixpath.dirname(folder)
+    return frozenset(out)
+
+
+def _input_change(inp: SelectionInput, path: str, sha: str,
+                  new_folders: Collection[str]) -> str | None:
+    """How a file a test read or asked about differs now ("changed", "removed"), or
+    "added" for a path it looked for and did not find that is now a file or a folder with
+    files; None when it is as the test saw it."""
+    now = _file_sha(inp, path)
+    if sha == ABSENT:
+        return "added" if now is not None or path in new_folders else None
+    if now == sha:
+        return None
+    return "removed" if now is None else "changed"
 
 
 class _Rules:
@@ -193,6 +224,7 @@ class _Rules:
                                   if not c.path.endswith(".py")
                                   and not inp.settings.ignores(c.path)]
         status = changes.file_status()
+        self.added_folders = _added_folders(changes)
         self.added_or_removed: dict[str, list[str]] = defaultdict(list)
         for path, change in status.items():
             if change.status in ("added", "removed", "renamed"):
@@ -413,13 +445,18 @@ class _Rules:
         """Data the test read: files whose contents changed, directories it listed where
         files were added or removed."""
         out = []
-        changed_files = []
+        changed_files, appeared = [], []
         for path, sha in test.files.items():
-            now = _file_sha(self.inp, path)
-            if now != sha:
-                changed_files.append(f"{path} ({'removed' if now is None else 'changed'})")
+            how = _input_change(self.inp, path, sha, self.added_folders)
+            if how == "added":
+                appeared.append(path)
+            elif how is not None:
+                changed_files.append(f"{path} ({how})")
         if changed_files:
             out.append((_examples("read a changed file", changed_files), len(changed_files)))
+        if appeared:
+            out.append((_examples("looked for paths missing then, present now", appeared),
+                        len(appeared)))
         for directory in test.dirs:
             entries = self.added_or_removed.get(directory)
             if entries:
@@ -594,7 +631,7 @@ def _reached(inp: SelectionInput, rules: _Rules, index: TestIndex) -> set[int]:
     by_string = set(changes.names_by_path) | broad
     changed: dict[str, Callable[..., bool]] = {  # kind -> does this key name a change?
         BLOCKS: lambda path: path in broad,  # module level: whatever of it the test ran
-        FILES: lambda path, sha: _file_sha(inp, path) != sha,
+        FILES: lambda path, sha: _input_change(inp, path, sha, rules.added_folders) is not None,
         DIRS: lambda directory: bool(rules.added_or_removed.get(directory)),
         KERNELS: lambda kernel, digest: inp.head_kernels.get(kernel, "missing") != digest,
         DYNAMIC: lambda path: path in by_string,

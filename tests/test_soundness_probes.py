@@ -1,0 +1,115 @@
+"""What a test learns without opening a file or calling a function: a data file's size
+(`os.path.getsize` of a token file, to count its tokens), whether a file exists (an override
+that takes effect once someone adds it), a folder it looked for, and a file it tried to open
+and did not find. None of these runs a changed line or opens a changed file, in the test's
+process or in a child it starts, so none leaves line or open evidence. Each case changes
+only that, so that its test fails; FastCI must select it, and still skip a test that looked
+at none of it."""
+
+from __future__ import annotations
+
+import pytest
+from soundness_world import failing, recorded_once
+
+PROBES = {
+    "pyproject.toml": "[project]\nname = 'pk'\nversion = '0'\n",
+    "pk/__init__.py": "",
+    "pk/train.bin": "abcdefgh",
+    "pk/data.py": '''
+        import os
+        from pathlib import Path
+
+        HERE = os.path.dirname(__file__)
+
+
+        def n_tokens(name="train.bin"):
+            return os.path.getsize(os.path.join(HERE, name)) // 2
+
+
+        def mode():
+            return "custom" if Path(HERE, "override.txt").exists() else "default"
+
+
+        def has_plugins():
+            return Path(HERE, "plugins").is_dir()
+
+
+        def extra():
+            try:
+                with open(os.path.join(HERE, "extra.txt")) as f:
+                    return f.read()
+            except FileNotFoundError:
+                return ""
+    ''',
+    "tests/test_data.py": '''
+        from pk.data import extra, has_plugins, mode, n_tokens
+
+
+        def test_tokens():
+            assert n_tokens() == 4
+
+
+        def test_mode():
+            assert mode() == "default"
+
+
+        def test_plugins():
+            assert not has_plugins()
+
+
+        def test_extra():
+            assert extra() == ""
+    ''',
+    "tests/test_child.py": '''
+        import subprocess
+        import sys
+
+
+        def test_child_mode():
+            code = "from pk.data import mode; print(mode())"
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                 check=True).stdout
+            assert out.strip() == "default"
+    ''',
+    "tests/test_other.py": '''
+        def test_other():
+            assert 1 + 1 == 2
+    ''',
+}
+
+recorded, repo = recorded_once("probes", PROBES)
+
+
+@pytest.fixture
+def probes(repo):
+    yield repo
+    repo.git("clean", "-fdq", "--", "pk")  # files a case added
+
+
+@pytest.mark.parametrize("change, victim, why", [
+    # The token file grew: a stat, never an open.
+    (("pk/train.bin", "abcdefgh", "abcdefghij"), "tests/test_data.py::test_tokens",
+     "read a changed file"),
+    # An override file appears where the code looked for one.
+    (("pk/override.txt", None, "on\n"), "tests/test_data.py::test_mode",
+     "present now: pk/override.txt"),
+    # A folder appears, with a file two levels down.
+    (("pk/plugins/fast/a.txt", None, "x\n"), "tests/test_data.py::test_plugins",
+     "present now: pk/plugins"),
+    # ... and in a child process the test started.
+    (("pk/override.txt", None, "on\n"), "tests/test_child.py::test_child_mode",
+     "present now: pk/override.txt"),
+    (("pk/extra.txt", None, "more\n"), "tests/test_data.py::test_extra",
+     "present now: pk/extra.txt"),
+])
+def test_a_probe_selects_who_looked(probes, change, victim, why):
+    path, old, new = change
+    if old is None:
+        probes.write({path: new})
+    else:
+        probes.edit(path, old, new)
+    assert victim in failing(probes, victim.split("::")[0])
+    decisions = probes.decisions()
+    assert decisions[victim]["decision"] == "selected", decisions[victim]
+    assert any(why in r for r in decisions[victim]["reasons"]), decisions[victim]["reasons"]
+    assert decisions["tests/test_other.py::test_other"]["decision"] == "skipped"
