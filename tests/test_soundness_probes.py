@@ -1,10 +1,11 @@
 """What a test learns without opening a file or calling a function: a data file's size
 (`os.path.getsize` of a token file, to count its tokens), whether a file exists (an override
-that takes effect once someone adds it), a folder it looked for, and a file it tried to open
-and did not find. None of these runs a changed line or opens a changed file, in the test's
-process or in a child it starts, so none leaves line or open evidence. Each case changes
-only that, so that its test fails; FastCI must select it, and still skip a test that looked
-at none of it."""
+that takes effect once someone adds it), a folder it looked for, a file it tried to open and
+did not find, and a method's signature (`inspect.signature(model.forward)`, to drop the batch
+columns the model does not take). None of these runs a changed line or opens a changed
+file, in the test's process or in a child it starts, so none leaves line or open evidence.
+Each case changes only that, so that its test fails; FastCI must select it, and still skip
+a test that looked at none of it."""
 
 from __future__ import annotations
 
@@ -41,6 +42,19 @@ PROBES = {
             except FileNotFoundError:
                 return ""
     ''',
+    "pk/model.py": '''
+        class Model:
+            def forward(self, tokens, mask=None):
+                return tokens
+    ''',
+    "pk/columns.py": '''
+        import inspect
+
+
+        def accepted(fn, batch):
+            names = inspect.signature(fn).parameters
+            return {k: v for k, v in batch.items() if k in names}
+    ''',
     "tests/test_data.py": '''
         from pk.data import extra, has_plugins, mode, n_tokens
 
@@ -59,6 +73,15 @@ PROBES = {
 
         def test_extra():
             assert extra() == ""
+    ''',
+    "tests/test_columns.py": '''
+        from pk.columns import accepted
+        from pk.model import Model
+
+
+        def test_columns():
+            assert accepted(Model().forward, {"tokens": 1, "mask": 2, "id": 3}) == \\
+                {"tokens": 1, "mask": 2}
     ''',
     "tests/test_child.py": '''
         import subprocess
@@ -101,6 +124,9 @@ def probes(repo):
      "present now: pk/override.txt"),
     (("pk/extra.txt", None, "more\n"), "tests/test_data.py::test_extra",
      "present now: pk/extra.txt"),
+    # forward's body is unchanged and the test never calls it.
+    (("pk/model.py", "mask=None", "attention_mask=None"), "tests/test_columns.py::test_columns",
+     "signature"),
 ])
 def test_a_probe_selects_who_looked(probes, change, victim, why):
     path, old, new = change

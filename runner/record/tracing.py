@@ -11,6 +11,7 @@ import dis
 import functools
 import importlib
 import importlib.abc
+import inspect
 import os
 import stat
 import sys
@@ -647,6 +648,37 @@ def _helper_read(frame) -> bool:
 
 
 _original_import_module = None
+_original_signature: Callable | None = None
+
+
+def _signature_read(sigcls, func, *args, **kwargs):
+    """inspect's signature of a plain function (what `inspect.signature` of a method, a
+    bound method, a class's `__init__` or a wrapped function comes down to): the function's
+    parameters are read, without its lines running. Counted like a cached property read, so
+    the test depends on the function as a whole, unless tooling asked (pytest finding a
+    test's fixtures) or a module body is running (a decorator at import: the def's header is
+    the module's own, `changes.py` gives module-level functions a changed name for it)."""
+    reads = _property_reads
+    if reads is not None and type(func) is FunctionType and \
+            getattr(func.__code__, "co_filename", "").startswith(_repo_root) and \
+            _signature_counts(_getframe(1)):
+        reads.add(func)
+    return _original_signature(sigcls, func, *args, **kwargs)  # type: ignore[misc]
+
+
+def _signature_counts(frame: FrameType | None) -> bool:
+    outside = False  # past the standard library: the first caller there was not tooling
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if frame.f_code.co_name == "<module>" and filename.startswith(_repo_root):
+            return False  # import time
+        if not outside and (filename.startswith(_site_packages) or not (
+                filename.startswith(_stdlib) or filename.startswith("<frozen"))):
+            if filename in _tool_files or filename.startswith(_tool_dirs):
+                return False
+            outside = True
+        frame = frame.f_back
+    return True
 
 
 class _HookOnImport(importlib.abc.MetaPathFinder):
@@ -706,6 +738,7 @@ def start_reading(root: str, adopt: Callable[[ModuleType], None],
     modules imported from now on as they are created); `loaded(module)` is told when a
     repository module's body has run, on its first import or on `importlib.reload`."""
     global _static_ops, _repo_root, _adopt, _loaded, _original_import_module
+    global _original_signature
     if _original_import_module is None:
         original = _original_import_module = importlib.import_module
 
@@ -727,6 +760,10 @@ def start_reading(root: str, adopt: Callable[[ModuleType], None],
         import_module.__doc__ = original.__doc__
         importlib.import_module = import_module
 
+    if _original_signature is None and \
+            callable(getattr(inspect, "_signature_from_function", None)):
+        _original_signature = inspect._signature_from_function  # type: ignore[attr-defined]
+        inspect._signature_from_function = _signature_read  # type: ignore[attr-defined]
     _static_ops = frozenset(dis.opmap[n] for n in ("LOAD_ATTR", "LOAD_METHOD", "IMPORT_FROM",
                                                   "IMPORT_NAME", "STORE_ATTR", "DELETE_ATTR")
                             if n in dis.opmap)
@@ -783,7 +820,7 @@ class Reached:
 
 
 def stop_reading(modules: list[ModuleType]) -> None:
-    global _module_reads, _adopt, _loaded, _original_import_module
+    global _module_reads, _adopt, _loaded, _original_import_module, _original_signature
     _module_reads = None
     _adopt = _loaded = None
     if _hook_on_import in sys.meta_path:
@@ -791,6 +828,9 @@ def stop_reading(modules: list[ModuleType]) -> None:
     if _original_import_module is not None:
         importlib.import_module = _original_import_module
         _original_import_module = None
+    if _original_signature is not None:
+        inspect._signature_from_function = _original_signature  # type: ignore[attr-defined]
+        _original_signature = None
     for module in modules:
         if type(module) is RecordingModule:
             module.__class__ = ModuleType  # type: ignore[assignment]  # a plain module again
