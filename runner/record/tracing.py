@@ -105,17 +105,20 @@ def _asked(sink: Callable[[str, str], None], path, kind: str) -> None:
         return
     if not full.startswith("/"):
         full = os.path.join(os.getcwd(), full)
-    if full.startswith(_probe_root) and _probe_counts(_getframe(2)):
+    if full.startswith(_probe_root) and not os.path.basename(full).startswith("<") and \
+            _probe_counts(_getframe(2)):
         sink(kind, full)
 
 
 def _probe_counts(frame: FrameType | None) -> bool:
     """A question counts unless tooling asked it (pytest finding conftest files, coverage
-    resolving a file name, FastCI itself) or a source line was looked up for display
-    (linecache, under a warning or a traceback)."""
+    resolving a file name, FastCI itself), or the standard library looked up a module's
+    file (linecache and inspect, for a warning, a traceback or `inspect.getmodule`; the
+    import system scanning `sys.path`)."""
     while frame is not None:
         filename = frame.f_code.co_filename
-        if filename in _display_files or filename in _probe_quiet:
+        if filename in _display_files or filename in _probe_quiet or \
+                filename.startswith(_helper_dirs):
             return False
         if not (filename.startswith(_stdlib) or filename.startswith("<frozen")) or \
                 filename.startswith(_site_packages):
@@ -550,7 +553,7 @@ _tool_files: frozenset[str] = frozenset()
 _helper_dirs: tuple[str, ...] = ()
 _helper_files: frozenset[str] = frozenset()
 _display_files: frozenset[str] = frozenset()  # show source lines: warnings, tracebacks
-_probe_quiet: frozenset[str] = frozenset()  # looks files up for display: linecache
+_probe_quiet: frozenset[str] = frozenset()  # look up modules' files: linecache, inspect
 _stdlib = "\0"
 _site_packages: tuple[str, ...] = ()
 
@@ -578,7 +581,7 @@ def _locate() -> None:
     _helper_files = frozenset([*origin("inspect"), *origin("linecache"),
                                *origin("traceback")])
     _display_files = frozenset([*origin("warnings"), *origin("traceback")])
-    _probe_quiet = frozenset(origin("linecache"))
+    _probe_quiet = frozenset([*origin("linecache"), *origin("inspect")])
     paths = sysconfig.get_paths()
     _stdlib = os.path.abspath(paths["stdlib"]) + os.sep
     _site_packages = tuple(sorted({os.path.abspath(paths[key]) + os.sep
