@@ -43,9 +43,17 @@ SOURCES = {
         def describe(fn):
             return fn.__doc__.strip()
     ''',
+    "pk/helps.py": '''
+        import inspect
+
+
+        def summary(fn):
+            return inspect.getdoc(fn)
+    ''',
     "tests/test_docs.py": '''
         from pk.cli import build_parser
         from pk.cmds import describe, train
+        from pk.helps import summary
 
 
         def test_help():
@@ -54,6 +62,10 @@ SOURCES = {
 
         def test_describe():
             assert describe(train) == "Train the model."
+
+
+        def test_summary():
+            assert summary(train) == "Train the model."
     ''',
     "tests/test_reads.py": '''
         import inspect
@@ -126,6 +138,8 @@ D = "tests/test_docs.py"
     ("pk/cli.py", "Train a tiny model", "Train a small model", "test_help", None),
     # A function's: any `obj.__doc__`, not another module's bare `__doc__`.
     ("pk/cmds.py", "Train the model", "Fit the model", "test_describe", "test_help"),
+    # ... also read inside the standard library, for a caller that never names `__doc__`.
+    ("pk/cmds.py", "Train the model", "Fit the model", "test_summary", "test_help"),
 ])
 def test_a_changed_docstring_selects_who_reads_it(repo, path, old, new, reader, other):
     repo.edit(path, old, new)

@@ -51,12 +51,13 @@ class Block:
     inherits: bool = False  # a class with bases: a method added to it may override one
 
 
-PARSER_VERSION = 4
+PARSER_VERSION = 5
 """What `parse_blocks` computes for a source: stores keep inventories by blob, so bump it
 whenever the same source parses to other blocks or lines, and older ones are parsed again.
 2: a function whose body is a docstring alone owns its first line (a call is reported there).
 3: a block's decorators have a digest of their own.
-4: so has its docstring, and `obj.__doc__` is read as ".__doc__" (DOC_ATTRIBUTE)."""
+4: so has its docstring, and `obj.__doc__` is read as ".__doc__" (DOC_ATTRIBUTE).
+5: so is a call of a helper that reads a docstring for its caller (DOC_READERS)."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,9 @@ def _header(node: _Def) -> list[ast.AST]:
 
 
 DOC_ATTRIBUTE = ".__doc__"  # what a block reads for `obj.__doc__`
+# Helpers that read `obj.__doc__` inside the standard library, for their caller:
+# `inspect.getdoc(fn)`, `help(fn)`, `pydoc.render_doc(fn)`.
+DOC_READERS = frozenset({"getdoc", "help", "render_doc"})
 
 
 class _Reads(ast.NodeVisitor):
@@ -193,10 +197,12 @@ class _Reads(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
-        if isinstance(node.func, ast.Name):
-            self.calls.add(node.func.id)
-        elif isinstance(node.func, ast.Attribute):
-            self.calls.add(node.func.attr)
+        called = node.func.id if isinstance(node.func, ast.Name) else \
+            node.func.attr if isinstance(node.func, ast.Attribute) else None
+        if called is not None:
+            self.calls.add(called)
+            if called in DOC_READERS:
+                self.names.add(DOC_ATTRIBUTE)
         self.generic_visit(node)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
