@@ -554,6 +554,7 @@ _helper_dirs: tuple[str, ...] = ()
 _helper_files: frozenset[str] = frozenset()
 _display_files: frozenset[str] = frozenset()  # show source lines: warnings, tracebacks
 _probe_quiet: frozenset[str] = frozenset()  # look up modules' files: linecache, inspect
+_compilers: tuple[str, ...] = ()  # read signatures to bind a launch or a trace: torch, triton
 _stdlib = "\0"
 _site_packages: tuple[str, ...] = ()
 
@@ -561,7 +562,7 @@ _site_packages: tuple[str, ...] = ()
 def _locate() -> None:
     """Where the tooling and the helpers are, from the modules' own specs."""
     global _tool_dirs, _tool_files, _helper_dirs, _helper_files, _stdlib, _site_packages
-    global _display_files, _probe_quiet
+    global _display_files, _probe_quiet, _compilers
     def origin(name: str) -> list[str]:
         try:
             spec = find_spec(name)
@@ -582,6 +583,7 @@ def _locate() -> None:
                                *origin("traceback")])
     _display_files = frozenset([*origin("warnings"), *origin("traceback")])
     _probe_quiet = frozenset([*origin("linecache"), *origin("inspect")])
+    _compilers = (*folder("torch"), *folder("triton"))
     paths = sysconfig.get_paths()
     _stdlib = os.path.abspath(paths["stdlib"]) + os.sep
     _site_packages = tuple(sorted({os.path.abspath(paths[key]) + os.sep
@@ -660,7 +662,9 @@ def _signature_read(sigcls, func, *args, **kwargs):
     parameters are read, without its lines running. Counted like a cached property read, so
     the test depends on the function as a whole, unless tooling asked (pytest finding a
     test's fixtures) or a module body is running (a decorator at import: the def's header is
-    the module's own, `changes.py` gives module-level functions a changed name for it)."""
+    the module's own, `changes.py` gives module-level functions a changed name for it).
+    Nor when torch or Triton asked: they read a signature to bind a kernel launch's
+    arguments or to trace the function, and the launch or the trace is evidence already."""
     reads = _property_reads
     if reads is not None and type(func) is FunctionType and \
             getattr(func.__code__, "co_filename", "").startswith(_repo_root) and \
@@ -677,7 +681,8 @@ def _signature_counts(frame: FrameType | None) -> bool:
             return False  # import time
         if not outside and (filename.startswith(_site_packages) or not (
                 filename.startswith(_stdlib) or filename.startswith("<frozen"))):
-            if filename in _tool_files or filename.startswith(_tool_dirs):
+            if filename in _tool_files or filename.startswith(_tool_dirs) or \
+                    filename.startswith(_compilers):
                 return False
             outside = True
         frame = frame.f_back
