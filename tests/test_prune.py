@@ -85,6 +85,16 @@ NET = {
             assert torch.equal(m(torch.zeros(1, 4)), torch.ones(1, 4))
 
 
+        def test_stack_step():
+            torch.manual_seed(0)
+            m = Stack(4)
+            opt = torch.optim.SGD(m.parameters(), lr=0.1)
+            loss = m(torch.randn(8, 4)).pow(2).mean()
+            loss.backward()
+            opt.step()
+            assert loss.item() < 10
+
+
         def test_stack_trains():
             torch.manual_seed(0)
             m = Stack(4)
@@ -128,7 +138,8 @@ NET = {
     ''',
 }
 SCALE = "tests/test_net.py::test_scale"
-STACK = "tests/test_net.py::test_stack_trains"
+STACK = "tests/test_net.py::test_stack_step"
+TRAINS = "tests/test_net.py::test_stack_trains"
 GATE = "tests/test_net.py::test_gate_both_signs"
 CONTEXT = "tests/test_net.py::test_contextual"
 CONTEXT_FREE = "tests/test_net.py::test_doubling_under_a_mode"
@@ -169,8 +180,8 @@ def test_an_equivalent_change_is_pruned_with_its_evidence(net):
         assert tests[test_id]["reasons"][0].startswith("pruned: ")
     # test_scale's calls were replayed with NET_MODE set, test_stack_trains's without: two
     # pairs of replay processes, both pruned.
-    # The training test made three Stack calls (six Scale calls inside them); the first
-    # Stack call was replayed, its two Scales with it.
+    # The training step made one Stack call (two Scale calls inside it): the Stack call was
+    # replayed, its Scales with it.
     assert len(tests[STACK]["pruned"]["replayed"]) == 1
     explained = net.fastci("explain", "-q", SCALE).stdout
     assert "pruning evidence (exact)" in explained and "==" in explained
@@ -188,6 +199,12 @@ KEPT = {
     # the other branch and was not: changing that branch must keep the test.
     "uncaptured branch": (GATE, "return x * 3.0", "return x * 3.5",
                           "only in calls that were not captured", True),
+    # Three training steps, one Stack call each: the first was captured, the others (same
+    # shapes, other weights and batches) were not, and the first one's replay proves nothing
+    # about them, equivalent though the change is.
+    "later steps": (TRAINS, "y = x * self.weight", "y = self.weight * x",
+                    "in calls that were not captured (later calls of a captured signature)",
+                    False),
     # The test set a module global the replay cannot see: the capture's digest of the
     # module's globals differs from what a fresh process imports, so the capture is not the
     # call's whole context.

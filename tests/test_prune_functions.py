@@ -76,6 +76,10 @@ LIB = {
             if float(x.sum()) > 0:
                 return 1
             return -1
+
+
+        def clip(t):
+            return t.clamp(max=1.0)
     ''',
     "lib/talk.py": '''
         import logging
@@ -167,7 +171,7 @@ LIB = {
         from lib.report import max_steps, start_step, write_report
         from lib.sched import (
             SETTINGS, Config, configure, describe, jitter, loss, lr_at, make_config, noisy, scale_,
-            sign, width,
+            clip, sign, width,
         )
         from lib.talk import announce, quiet, show
 
@@ -254,6 +258,11 @@ LIB = {
             assert sign(-torch.ones(2)) == -1
 
 
+        def test_clip():
+            assert clip(torch.tensor([0.5])).tolist() == [0.5]
+            assert clip(torch.tensor([1.5])).tolist() == [1.0]
+
+
         def test_resume(monkeypatch, tmp_path):
             monkeypatch.chdir(tmp_path)  # a run's own folder, which a replay does not have
             (tmp_path / "last.ckpt").write_text("7")
@@ -284,7 +293,7 @@ def node(name: str, file: str = "test_sched") -> str:
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     # 21: the registry's identity test passes too
-    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=21)
+    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=22)
 
 
 @pytest.fixture
@@ -376,6 +385,10 @@ KEPT = {
     # The second call, of the same signature, ran the other branch and was not captured.
     "an uncaptured call": ("lib/sched.py", "    return -1", "    return -2", "sign",
                            "only in calls that were not captured"),
+    # The second call, of the same signature and the same lines, has other values: only
+    # they reach the new bound. The first call's replay proves nothing about it.
+    "a later call's values": ("lib/sched.py", "t.clamp(max=1.0)", "t.clamp(max=2.0)", "clip",
+                              "in calls that were not captured (later calls"),
     # A constructor's default changed: the object built is another.
     # New code looks for a file in the working folder: the test's has one, a replay's
     # (the tree's root) has none, and would compute what the old code did.
