@@ -21,6 +21,9 @@ SESSION = "*"  # import-time work done before any test file was collected
 DYNAMIC_ALL = "*"  # in TestRecord.dynamic: the whole module namespace was read
 IMPORTED = "<import>"  # ... and: the module was imported by name (importlib.import_module)
 FAILED = ("failed", "error")  # the outcomes that count as a failure
+UNRECORDED = "lines unrecorded: "
+"""In TestRecord.spawns: how some of the test's own lines went unrecorded (the line tracer
+replaced, a thread started outside `threading`); selected on any code or data change."""
 ABSENT = "-"  # in TestRecord.files: a path the test looked for and did not find
 CALLER = "="  # in Snapshot.import_time origins: the module-level statement that made the call
 

@@ -131,6 +131,7 @@ def begin(tag: str, folder: str, root: str, cov, lines=None) -> None:
     compiled.start(_on_compiled_entry, _on_compile)
     _install_hooks()
     tracing.probe_files(root, _probed)
+    tracing.trace_raw_threads()
     _install_sigterm()
     try:
         os.makedirs(tag_folder(folder, tag), exist_ok=True)

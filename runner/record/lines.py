@@ -45,6 +45,8 @@ class LineRecorder(Protocol):
     def switch(self, context: str) -> None: ...
     def pause(self) -> None: ...
     def resume(self) -> None: ...
+    def lost(self) -> str | None: ...
+    def retrace(self) -> None: ...
     def lines(self) -> dict[str, dict[str, set[int]]]:
         """context -> absolute file name -> lines that ran (files under the root)."""
         ...
@@ -86,6 +88,7 @@ class CoverageLines:
         self.omit = omit
         self._cov: Any = None
         self._paused = threading.local()  # per thread: how deep in pause(), whose tracer
+        self._main: Any = None  # the tracer of the thread that started the recording
 
     def start(self) -> None:
         import coverage  # noqa: PLC0415 (only a recording session pays for it)
@@ -93,6 +96,26 @@ class CoverageLines:
         self._cov = coverage.Coverage(data_file=None, source=[self.root], branch=False,
                                       config_file=False, omit=self.omit, messages=False)
         self._cov.start()
+        trace: Any = sys.gettrace()
+        self._main = getattr(trace, "__self__", trace)
+
+    def lost(self) -> str | None:
+        """How this (the recording's) thread lost its tracer, or None: a test's own
+        `sys.settrace` (a profiler, a debugger, `sys.settrace(None)` in a `finally`) takes
+        coverage's place, and the lines that run after it go unrecorded. Threads started
+        outside `threading` never get one (`tracing.py` notes those)."""
+        if self._cov is None or self._main is None or self._paused.__dict__.get("depth", 0):
+            return None
+        trace: Any = sys.gettrace()
+        if getattr(trace, "__self__", trace) is self._main:
+            return None
+        return "sys.settrace replaced the line tracer" if trace is not None else \
+            "sys.settrace(None) removed the line tracer"
+
+    def retrace(self) -> None:
+        """Put the tracer back for what runs next."""
+        if self._main is not None:
+            self._main.start()
 
     def stop(self) -> None:
         if self._cov is not None:
@@ -259,6 +282,13 @@ class SysmonLines:
             monitoring.set_local_events(tool, code, 0)
             monitoring.set_local_events(tool, code, line)
         self._spent = kept
+
+    def lost(self) -> str | None:
+        """sys.monitoring sees every thread, and `sys.settrace` does not touch it."""
+        return None
+
+    def retrace(self) -> None:
+        pass
 
     def lines(self) -> dict[str, dict[str, set[int]]]:
         out: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))

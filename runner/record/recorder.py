@@ -43,6 +43,7 @@ from fastci.runner.evidence import (
     ABSENT,
     DYNAMIC_ALL,
     SESSION,
+    UNRECORDED,
     ImportCaller,
     Snapshot,
     TestRecord,
@@ -120,6 +121,7 @@ class Recorder:
         self.started_at = time.time()
         self.first_failure_at: float | None = None
         self._stack: list[str] = []
+        self._last_test = ""  # the test that ended last (its teardown may lose the tracer)
         # Which line recorder measures (lines.py), and why that one.
         self.line_recorder, self.line_recorder_why = lines.choose(recorder)
         self._lines: lines.LineRecorder | None = None
@@ -160,6 +162,7 @@ class Recorder:
         self._lines.switch(SESSION_CONTEXT)
         tracing.start(self._on_file)
         tracing.probe_files(self.root, self._on_file)
+        tracing.trace_raw_threads()
         compiled.start(self._on_compiled_entry, self._on_compile)
         child.after_import("torch._dynamo", compiled.install)
         child.after_import("torch.jit", compiled.install_script)
@@ -360,7 +363,19 @@ class Recorder:
         self.pop()
 
     # -- per test ----------------------------------------------------------------------------
+    def _check_tracer(self, *contexts: str) -> None:
+        """Whether the line tracer is still ours; if not, the contexts that ran since it was
+        last checked lost lines (and so select on any change), and it is put back."""
+        lines = self._lines
+        how = lines.lost() if lines is not None else None
+        if how is None:
+            return
+        for context in contexts:
+            self.spawns[context].add(f"{UNRECORDED}{how}")
+        lines.retrace()  # type: ignore[union-attr]  # lost() answered, so there is one
+
     def begin_test(self, nodeid: str, shared_contexts: list[str]) -> None:
+        self._check_tracer(*([self._last_test] if self._last_test else []), self.context)
         self.scan_modules()
         self.memo.begin()
         self.tests[nodeid] = _Test(nodeid, [nodeid, *shared_contexts], time.perf_counter())
@@ -374,6 +389,8 @@ class Recorder:
 
     def end_test(self, nodeid: str, outcome: str, duration: float, markers: tuple[str, ...],
                  dimension: str) -> None:
+        self._check_tracer(nodeid)
+        self._last_test = nodeid
         if self.capture is not None:
             self.capture.end_test()
             if self.children is not None:
@@ -480,7 +497,8 @@ class Recorder:
                 for path, ls in child_lines.get(context, {}).items():
                     in_children[path] |= ls
             if self.children is not None:  # children record: only unmerged ones are a gap
-                seen.spawns = set(self.children.unmerged(contexts))
+                seen.spawns = {s for s in seen.spawns if s.startswith(UNRECORDED)} | \
+                    set(self.children.unmerged(contexts))
             if self.compiled_contexts.intersection(contexts) and compiled.unseen():
                 seen.spawns.add(compiled.unseen())
             tests[nodeid] = TestRecord(

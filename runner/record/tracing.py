@@ -157,6 +157,36 @@ def is_file(path: str) -> bool:
         return False
 
 
+_raw_start: Callable | None = None
+
+
+def trace_raw_threads() -> None:
+    """Give a thread started with `_thread.start_new_thread` the tracer `threading` gives its
+    own (`threading.settrace`'s hook, which coverage.py sets): started from `threading`, a
+    thread runs the hook first; started raw, its lines went unrecorded. Installed once, for
+    the process; with no hook set it only calls through."""
+    global _raw_start
+    import _thread  # noqa: PLC0415
+
+    if _raw_start is not None:
+        return
+    original = _raw_start = _thread.start_new_thread
+
+    def start_new_thread(function, args, kwargs=None):
+        def traced(*a, **k):
+            hook = getattr(sys.modules.get("threading"), "_trace_hook", None)
+            if hook is not None and sys.gettrace() is None:
+                sys.settrace(hook)
+            return function(*a, **k)
+
+        return original(traced, args, {} if kwargs is None else kwargs)
+
+    start_new_thread.__doc__ = original.__doc__
+    _thread.start_new_thread = start_new_thread
+    if getattr(_thread, "start_new", None) is original:
+        _thread.start_new = start_new_thread
+
+
 _SPAWNS = ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.spawn", "os.fork",
            "os.forkpty")
 _PYTHON_LAUNCHERS = ("python", "torchrun", "pytest", "accelerate", "deepspeed")

@@ -24,6 +24,7 @@ from fastci.runner.evidence import (
     FAILED,
     IMPORTED,
     SESSION,
+    UNRECORDED,
     Snapshot,
     TestRecord,
 )
@@ -470,10 +471,12 @@ class _Rules:
         string."""
         out = []
         if test.spawns and self.code_or_data_changed:
+            first = test.spawns[0]
             what = "it ran torch.compile'd code FastCI could not see" \
-                if test.spawns[0].startswith("torch.compile") else \
+                if first.startswith("torch.compile") else \
+                "some of its lines went unrecorded" if first.startswith(UNRECORDED) else \
                 "it starts child processes whose evidence FastCI could not merge"
-            out.append((f"{what} ({test.spawns[0]}"
+            out.append((f"{what} ({first.removeprefix(UNRECORDED)}"
                         f"{' and more' if len(test.spawns) > 1 else ''}), "
                         "and code or data changed", 1))
         if not test.file_events and self.unwatched_changes:

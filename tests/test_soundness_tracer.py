@@ -1,0 +1,110 @@
+"""Lines a test runs where the line tracer cannot see them. A profiling helper that
+installs its own tracer and ends with `sys.settrace(None)` leaves coverage.py's tracer
+gone, for the rest of its test and for every later test; a thread started with `_thread`
+rather than `threading` never gets one. Each case changes a function only the unseen code
+ran, so that its test fails; FastCI must select it (on Python 3.12+, where FastCI records
+with sys.monitoring, the lines are simply seen), and still skip a test that ran nothing of
+it."""
+
+from __future__ import annotations
+
+import pytest
+from soundness_world import failing, recorded_once
+
+UNSEEN = {
+    "pyproject.toml": "[project]\nname = 'pk'\nversion = '0'\n",
+    "pk/__init__.py": "",
+    "pk/calc.py": '''
+        def double(x):
+            return x * 2
+
+
+        def triple(x):
+            return x * 3
+
+
+        def half(x):
+            return x / 2
+    ''',
+    "pk/prof.py": '''
+        import sys
+
+
+        def count_calls(fn, *args):
+            calls = []
+
+            def tracer(frame, event, arg):
+                if event == "call":
+                    calls.append(frame.f_code.co_name)
+
+            sys.settrace(tracer)
+            try:
+                fn(*args)
+            finally:
+                sys.settrace(None)
+            return len(calls)
+    ''',
+    "pk/bg.py": '''
+        import _thread
+
+
+        def run_in_thread(fn, *args):
+            done = _thread.allocate_lock()
+            done.acquire()
+            out = []
+
+            def body():
+                out.append(fn(*args))
+                done.release()
+
+            _thread.start_new_thread(body, ())
+            done.acquire()
+            return out[0]
+    ''',
+    "tests/test_a_prof.py": '''
+        from pk.calc import half, triple
+        from pk.prof import count_calls
+
+
+        def test_profiled_then_triple():
+            assert count_calls(half, 4) >= 1
+            assert triple(2) == 6
+    ''',
+    "tests/test_b_calc.py": '''
+        from pk.calc import double
+
+
+        def test_double():
+            assert double(3) == 6
+    ''',
+    "tests/test_c_bg.py": '''
+        from pk.bg import run_in_thread
+        from pk.calc import half
+
+
+        def test_half_in_thread():
+            assert run_in_thread(half, 8) == 4
+    ''',
+    "tests/test_d_other.py": '''
+        def test_other():
+            assert 1 + 1 == 2
+    ''',
+}
+
+recorded, repo = recorded_once("unseen", UNSEEN)
+
+
+@pytest.mark.parametrize("old, new, victim", [
+    # The helper removed the tracer: triple, called after it in the same test, ran unseen.
+    ("return x * 3", "return x * 4", "tests/test_a_prof.py::test_profiled_then_triple"),
+    # ... and a later test, which ran with no tracer at all.
+    ("return x * 2", "return x * 5", "tests/test_b_calc.py::test_double"),
+    # half ran on a raw thread.
+    ("return x / 2", "return x / 4", "tests/test_c_bg.py::test_half_in_thread"),
+])
+def test_lines_the_tracer_missed_select_their_test(repo, old, new, victim):
+    repo.edit("pk/calc.py", old, new)
+    assert victim in failing(repo, victim.split("::")[0])
+    decisions = repo.decisions()
+    assert decisions[victim]["decision"] == "selected", decisions[victim]
+    assert decisions["tests/test_d_other.py::test_other"]["decision"] == "skipped"
