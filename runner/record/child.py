@@ -529,7 +529,7 @@ def _probed(kind: str, full: str) -> None:
         return
     if kind == "absent" or not tracing.is_file(full):
         if kind != "probe" and tracing.may_appear(full, state.root) and \
-                not tracing.lexists(full):
+                not tracing.lexists(full) and (kind == "absent" or tracing.opened_by_test()):
             state.absent.add(os.path.normpath(full))
     elif kind == "open" or tracing.wants(full, state.root):
         state.files.add(os.path.normpath(full))

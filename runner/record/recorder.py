@@ -324,7 +324,8 @@ class Recorder:
                     (kind == "open" and tracing.wants_source(full, self.root)):
                 if tracing.is_file(full):
                     self.files[self.context].add(os.path.normpath(full))
-                elif kind == "open" and not tracing.lexists(full):
+                elif kind == "open" and not tracing.lexists(full) and \
+                        tracing.opened_by_test():
                     self.absent[self.context].add(os.path.normpath(full))
         elif kind == "absent":
             if tracing.may_appear(full, self.root):

@@ -127,6 +127,18 @@ def _probe_counts(frame: FrameType | None) -> bool:
     return False
 
 
+def opened_by_test() -> bool:
+    """For a sink the audit hook called on an open: whether the code that opened counts
+    (`_probe_counts`), past FastCI's own frames up to the hook."""
+    frame: FrameType | None = _getframe(1)
+    ours = _tool_dirs[0] if _tool_dirs else "\0"
+    while frame is not None and frame.f_code.co_filename.startswith(ours):
+        skipped, frame = frame, frame.f_back
+        if skipped.f_code.co_name == "_audit":
+            break
+    return _probe_counts(frame)
+
+
 def probe_files(root: str, sink: Callable[[str, str], None] | None) -> None:
     """Report stat questions about paths under `root` to `sink(kind, path)`; None stops."""
     global _probe_sink, _probe_root
