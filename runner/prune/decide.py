@@ -159,9 +159,11 @@ def _needed_captures(blocks, modules: dict, inventories) -> tuple[str | None, se
         # about it: a clamp bound only the second call's values reach.
         repeated = mine(modules["inside"].get(path, ()))
         if repeated:
-            only = " only" if repeated - reached else ""
-            return (f"{path}::{qualname} ran lines {_span(repeated)}{only} in calls that "
-                    "were not captured (later calls of a captured signature)"), set()
+            only = repeated - reached
+            return (f"{path}::{qualname} ran lines "
+                    + (f"{_span(only)} only" if only else f"{_span(repeated)} also")
+                    + " in calls that were not captured (later calls of a captured "
+                    "signature)"), set()
     return None, needed
 
 

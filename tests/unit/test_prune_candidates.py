@@ -55,7 +55,7 @@ def capture(digest="d1", lines=(Y_LINE, RETURN_LINE), **extra) -> dict:
             "lines": {"pkg/layers.py": list(lines)}, "env": {"TRITON_INTERPRET": "1"}, **extra}
 
 
-def modules(captures, outside=(), inside=(Y_LINE, RETURN_LINE)) -> dict:
+def modules(captures, outside=(), inside=()) -> dict:
     return {"captures": list(captures), "outside": {"pkg/layers.py": list(outside)},
             "inside": {"pkg/layers.py": list(inside)}, "sys_path": []}
 
@@ -110,6 +110,16 @@ def test_a_block_that_also_ran_outside_any_module_call_is_kept():
     assert kept == {SCALE: "pkg/layers.py::Scale.forward ran outside any captured call"}
 
 
+def test_a_block_a_later_call_of_a_captured_signature_also_ran_is_kept():
+    # The same lines, other values (a training loop's next step): not replayed.
+    _, found, kept = find(evidence=evidence_for(modules([capture()],
+                                                        inside=[Y_LINE, RETURN_LINE])))
+    assert found == {}
+    assert kept == {SCALE: f"pkg/layers.py::Scale.forward ran lines {Y_LINE}-{RETURN_LINE} also "
+                           "in calls that were not captured (later calls of a captured "
+                           "signature)"}
+
+
 def test_a_block_that_ran_in_a_call_that_was_not_kept_is_kept():
     dropped = capture(digest=None, why="over the capture budget")
     _, found, kept = find(evidence=evidence_for(modules([dropped])))
@@ -125,10 +135,12 @@ def test_a_block_that_ran_in_no_captured_call_is_kept():
 
 
 def test_lines_that_only_uncaptured_calls_reached_keep_the_test():
-    _, found, kept = find(evidence=evidence_for(modules([capture(lines=[Y_LINE])])))
+    _, found, kept = find(evidence=evidence_for(modules([capture(lines=[Y_LINE])],
+                                                        inside=[Y_LINE, RETURN_LINE])))
     assert found == {}
     assert kept == {SCALE: f"pkg/layers.py::Scale.forward ran lines {RETURN_LINE} only in "
-                           "calls that were not captured"}
+                           "calls that were not captured (later calls of a captured "
+                           "signature)"}
 
 
 def test_without_the_evidence_commit_inventory_the_test_is_kept():
