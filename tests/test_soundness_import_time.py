@@ -87,6 +87,18 @@ REPO = {
 
         def vendor_hook():
             return 11
+
+
+        _NAMES = []
+
+
+        def add_to(items, name):
+            items += [name]
+            return name
+
+
+        def names():
+            return list(_NAMES)
     ''',
     # A module outside the repository (git-ignored, on sys.path through conftest.py) whose
     # body calls back into the repository: on 3.12+ the call hook is off while it runs.
@@ -113,7 +125,7 @@ REPO = {
     ''',
     "pk/defaults.py": '''
         from pk.model import Foo, build, compute, helper, label, make_table, param_values, register
-        from pk.model import registered_value, tag
+        from pk.model import _NAMES, add_to, registered_value, tag
 
         DEFAULT = Foo()
         TABLE = make_table()
@@ -133,6 +145,7 @@ REPO = {
 
 
         VALUES = param_values()
+        ALPHA = add_to(_NAMES, "alpha")
     ''',
     # Importing this file first runs pk/defaults.py: the collection that calls everything.
     "tests/test_a_default.py": '''
@@ -155,7 +168,7 @@ REPO = {
     ''',
     "tests/test_c_other.py": '''
         from pk import defaults
-        from pk.model import Foo, registered
+        from pk.model import Foo, names, registered
 
 
         def test_unrelated():
@@ -172,6 +185,10 @@ REPO = {
 
         def test_registry():
             assert registered() == [7, 40, "a"]
+
+
+        def test_names():
+            assert names() == ["alpha"]
     ''',
     # The module body calls param_values (seen), and so does pytest_generate_tests, which
     # pytest calls while collecting, outside any module body (unseen by the call hook).
@@ -276,6 +293,10 @@ WIDE = [
     pytest.param("pk/model.py", "value = [40, 2]", "value = [41, 2]",
                  "tests/test_c_other.py::test_registry", "writes state that outlives the call",
                  id="a-function-the-statement-ran-writes-a-global"),
+    # `items += [name]` extends the caller's list: ALPHA, the name it binds, is not all.
+    pytest.param("pk/model.py", "items += [name]", "items += [name.upper()]",
+                 "tests/test_c_other.py::test_names", "writes state that outlives the call",
+                 id="a-function-the-statement-ran-extends-an-argument-in-place"),
     pytest.param("pk/model.py", "return 3", "return 4", "tests/test_d_chain.py::test_holder",
                  "called from a class body", id="class-body-call"),
     pytest.param("pk/model.py", "return [1, 2]", "return [1, 3]",

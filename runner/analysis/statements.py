@@ -357,11 +357,22 @@ def first_write(node: _Function, scope, imported: frozenset[str] = frozenset()) 
                 if isinstance(target, (ast.Attribute, ast.Subscript)) \
                         and not _owned(target, fresh, builder):
                     found.append((line, f"line {line}: stores into {ast.unparse(target)}"))
+            # `items += [x]`, `seen |= keys` change a list, dict or set in place: the
+            # caller's, when the name holds anything but what the call made.
+            if isinstance(child, ast.AugAssign) and isinstance(child.target, ast.Name) \
+                    and child.target.id not in fresh:
+                found.append((line, f"line {line}: {child.target.id} "
+                                    f"{_AUG[type(child.op)]}= may change it in place"))
         elif isinstance(child, ast.Call):
             what = _mutating_call(child, fresh, builder, imported)
             if what:
                 found.append((line, f"line {line}: {what}"))
     return min(found)[1] if found else None
+
+
+_AUG = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.MatMult: "@", ast.Div: "/",
+        ast.Mod: "%", ast.Pow: "**", ast.LShift: "<<", ast.RShift: ">>", ast.BitOr: "|",
+        ast.BitXor: "^", ast.BitAnd: "&", ast.FloorDiv: "//"}
 
 
 def _flat(targets: list[ast.expr]) -> Iterator[ast.expr]:
@@ -425,8 +436,13 @@ def _fresh_locals(node: _Function, scope) -> set[str]:
                               node.args.vararg, node.args.kwarg] if a is not None}
     stores: dict[str, int] = {}
     plain: dict[str, list[bool]] = {}
-    for child in _own_nodes(node, into_lambdas=True):
-        if isinstance(child, ast.Name) and isinstance(child.ctx, (ast.Store, ast.Del)):
+    nodes = list(_own_nodes(node, into_lambdas=True))
+    # `x += y` keeps x what it was made as (a new list stays the call's own, a number a new
+    # number): not a binding that makes it shared.
+    in_place = {id(n.target) for n in nodes if isinstance(n, ast.AugAssign)}
+    for child in nodes:
+        if isinstance(child, ast.Name) and isinstance(child.ctx, (ast.Store, ast.Del)) \
+                and id(child) not in in_place:
             stores[child.id] = stores.get(child.id, 0) + 1
         targets: list[ast.expr] = []
         value: ast.expr | None = None
