@@ -80,6 +80,13 @@ LIB = {
 
         def clip(t):
             return t.clamp(max=1.0)
+
+
+        _DEFAULTS = {"lr": 0.1}
+
+
+        def defaults():
+            return _DEFAULTS
     ''',
     "lib/talk.py": '''
         import logging
@@ -170,8 +177,8 @@ LIB = {
 
         from lib.report import max_steps, start_step, write_report
         from lib.sched import (
-            SETTINGS, Config, configure, describe, jitter, loss, lr_at, make_config, noisy, scale_,
-            clip, sign, width,
+            _DEFAULTS, SETTINGS, Config, configure, defaults, describe, jitter, loss, lr_at,
+            make_config, noisy, scale_, clip, sign, width,
         )
         from lib.talk import announce, quiet, show
 
@@ -258,6 +265,10 @@ LIB = {
             assert sign(-torch.ones(2)) == -1
 
 
+        def test_shared_defaults():
+            assert defaults() is _DEFAULTS
+
+
         def test_clip():
             assert clip(torch.tensor([0.5])).tolist() == [0.5]
             assert clip(torch.tensor([1.5])).tolist() == [1.0]
@@ -293,7 +304,7 @@ def node(name: str, file: str = "test_sched") -> str:
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     # 21: the registry's identity test passes too
-    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=22)
+    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=23)
 
 
 @pytest.fixture
@@ -385,6 +396,9 @@ KEPT = {
     # The second call, of the same signature, ran the other branch and was not captured.
     "an uncaptured call": ("lib/sched.py", "    return -1", "    return -2", "sign",
                            "only in calls that were not captured"),
+    # An equal value, but a new object where the test got the shared one.
+    "an identity": ("lib/sched.py", "    return _DEFAULTS", "    return dict(_DEFAULTS)",
+                    "shared_defaults", "defaults under the new code differs at out.is"),
     # The second call, of the same signature and the same lines, has other values: only
     # they reach the new bound. The first call's replay proves nothing about it.
     "a later call's values": ("lib/sched.py", "t.clamp(max=1.0)", "t.clamp(max=2.0)", "clip",

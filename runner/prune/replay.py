@@ -504,6 +504,7 @@ def _replay_function(saved: dict, root: str) -> tuple[dict, dict]:
     prints = {**observed, **looked, **bounded_fingerprints(out, "out"),
               **bounded_fingerprints((args, kwargs), "args"),
               **_exact("out", out), **_exact("args", (args, kwargs)),
+              "out.is": {"repr": _identity(out, args, kwargs, fn)},
               **_globals_after(saved.get("state"), root),
               "rng": tensor_leaf(torch.get_rng_state()), **_other_rngs()}
     kept = tensors(out, "out")
@@ -513,6 +514,42 @@ def _replay_function(saved: dict, root: str) -> tuple[dict, dict]:
         prints.update(fingerprints(grads, "grads"))
         kept.update(tensors(grads, "grads"))
     return prints, kept
+
+
+_VALUES = (type(None), bool, int, float, complex, str, bytes, tuple, frozenset)
+
+
+def _identity(out, args, kwargs, fn) -> str:
+    """Which object the call returned, beside its value: an argument itself (or a view of a
+    tensor argument), one of its module's globals (a shared config), or a new one. Equal
+    values compare equal; `get_config() is get_config()` and a view written through do not,
+    so new code that returns a copy where the old returned the shared object differs here.
+    Immutable values have no identity worth comparing."""
+    if isinstance(out, _VALUES):
+        return "a value"
+    named = [*(f"args[{i}]" for i in range(len(args))), *(f"kwargs[{k!r}]" for k in kwargs)]
+    for name, value in zip(named, [*args, *kwargs.values()]):
+        if out is value:
+            return name
+    storage = _storage(out)
+    if storage is not None:
+        for name, value in zip(named, [*args, *kwargs.values()]):
+            if _storage(value) == storage:
+                return f"a view of {name}"
+    for name, value in sorted(getattr(fn, "__globals__", {}).items()):
+        if value is out:
+            return f"global {name}"
+    return "a new object"
+
+
+def _storage(value) -> int | None:
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(value, torch.Tensor) or value.device.type == "meta":
+        return None
+    try:
+        return value.untyped_storage().data_ptr() or None
+    except Exception:  # noqa: BLE001 - a tensor subclass without storage: no view to see
+        return None
 
 
 def _exact(prefix: str, value) -> dict:
