@@ -36,3 +36,20 @@ def failing(project: Project, *paths: str) -> set[str]:
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider",
                            *paths], cwd=project.root, capture_output=True, text=True)
     return {line.split()[1] for line in proc.stdout.splitlines() if line.startswith("FAILED ")}
+
+
+PACKAGE = {"pyproject.toml": "[project]\nname = 'pk'\nversion = '0'\n", "pk/__init__.py": ""}
+"""The package every soundness world is: `pk`, installed from the repository's root."""
+
+
+def assert_selects(project: Project, victim: str, unrelated: str, why: str | None = None,
+                   *paths: str) -> None:
+    """The change in the working tree fails `victim` under plain pytest (run on `paths`, or
+    on the victim's file), and FastCI selects it (for a reason naming `why`), while
+    `unrelated`, which ran nothing of the change, stays skipped."""
+    assert victim in failing(project, *(paths or (victim.split("::")[0],)))
+    decisions = project.decisions()
+    assert decisions[victim]["decision"] == "selected", decisions[victim]
+    if why is not None:
+        assert any(why in r for r in decisions[victim]["reasons"]), decisions[victim]["reasons"]
+    assert decisions[unrelated]["decision"] == "skipped", decisions[unrelated]

@@ -9,7 +9,7 @@ reader fails, and checks that FastCI selects it and still skips a test reading n
 from __future__ import annotations
 
 import pytest
-from soundness_world import failing, recorded_once
+from soundness_world import assert_selects, recorded_once
 
 CHILDREN = {
     "pyproject.toml": "[project]\nname = 'pk'\nversion = '0'\n",
@@ -104,10 +104,8 @@ recorded, repo = recorded_once("child-reads", CHILDREN)
 def test_a_child_s_hit_or_read_selects_its_test(repo, path, old, new, reader):
     repo.edit(path, old, new)
     reader = f"tests/test_b.py::{reader}"
-    assert reader in failing(repo, "tests/test_a.py", "tests/test_b.py")
-    decisions = repo.decisions()
-    assert decisions[reader]["decision"] == "selected", decisions[reader]
-    assert decisions["tests/test_a.py::test_unrelated"]["decision"] == "skipped"
+    assert_selects(repo, reader, "tests/test_a.py::test_unrelated", None,
+                   "tests/test_a.py", "tests/test_b.py")
 
 
 def test_a_child_s_reads_are_exact_by_name(repo):

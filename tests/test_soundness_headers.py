@@ -8,11 +8,10 @@ must select it, and still skip a test that neither imports the module nor names 
 from __future__ import annotations
 
 import pytest
-from soundness_world import failing, recorded_once
+from soundness_world import PACKAGE, assert_selects, recorded_once
 
 HEADERS = {
-    "pyproject.toml": "[project]\nname = 'pk'\nversion = '0'\n",
-    "pk/__init__.py": "",
+    **PACKAGE,
     "pk/registry.py": '''
         OPTIMIZERS = {}
 
@@ -104,8 +103,4 @@ recorded, repo = recorded_once("headers", HEADERS)
 ])
 def test_a_changed_def_header_selects_who_depends_on_it(repo, path, old, new, victim, why):
     repo.edit(path, old, new)
-    assert victim in failing(repo, victim.split("::")[0])
-    decisions = repo.decisions()
-    assert decisions[victim]["decision"] == "selected", decisions[victim]
-    assert any(why in r for r in decisions[victim]["reasons"]), decisions[victim]["reasons"]
-    assert decisions["tests/test_other.py::test_other"]["decision"] == "skipped"
+    assert_selects(repo, victim, "tests/test_other.py::test_other", why)

@@ -10,11 +10,10 @@ a test that looked at none of it."""
 from __future__ import annotations
 
 import pytest
-from soundness_world import failing, recorded_once
+from soundness_world import PACKAGE, assert_selects, recorded_once
 
 PROBES = {
-    "pyproject.toml": "[project]\nname = 'pk'\nversion = '0'\n",
-    "pk/__init__.py": "",
+    **PACKAGE,
     "pk/train.bin": "abcdefgh",
     "pk/data.py": '''
         import os
@@ -134,8 +133,4 @@ def test_a_probe_selects_who_looked(probes, change, victim, why):
         probes.write({path: new})
     else:
         probes.edit(path, old, new)
-    assert victim in failing(probes, victim.split("::")[0])
-    decisions = probes.decisions()
-    assert decisions[victim]["decision"] == "selected", decisions[victim]
-    assert any(why in r for r in decisions[victim]["reasons"]), decisions[victim]["reasons"]
-    assert decisions["tests/test_other.py::test_other"]["decision"] == "skipped"
+    assert_selects(probes, victim, "tests/test_other.py::test_other", why)

@@ -9,11 +9,10 @@ it."""
 from __future__ import annotations
 
 import pytest
-from soundness_world import failing, recorded_once
+from soundness_world import PACKAGE, assert_selects, recorded_once
 
 UNSEEN = {
-    "pyproject.toml": "[project]\nname = 'pk'\nversion = '0'\n",
-    "pk/__init__.py": "",
+    **PACKAGE,
     "pk/calc.py": '''
         def double(x):
             return x * 2
@@ -104,7 +103,4 @@ recorded, repo = recorded_once("unseen", UNSEEN)
 ])
 def test_lines_the_tracer_missed_select_their_test(repo, old, new, victim):
     repo.edit("pk/calc.py", old, new)
-    assert victim in failing(repo, victim.split("::")[0])
-    decisions = repo.decisions()
-    assert decisions[victim]["decision"] == "selected", decisions[victim]
-    assert decisions["tests/test_d_other.py::test_other"]["decision"] == "skipped"
+    assert_selects(repo, victim, "tests/test_d_other.py::test_other")
