@@ -107,6 +107,18 @@ NET = {
             assert loss.item() < 10
 
 
+        def test_stack_trains_long():
+            torch.manual_seed(0)
+            m = Stack(4)
+            opt = torch.optim.SGD(m.parameters(), lr=0.01)
+            for _ in range(10):  # past MAX_REPEATS: the last two steps are not captured
+                loss = m(torch.randn(8, 4)).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            assert loss.item() < 10
+
+
         def test_gate_both_signs():
             g = Gate()
             assert torch.equal(g(torch.ones(2)), torch.full((2,), 2.0))
@@ -140,6 +152,7 @@ NET = {
 SCALE = "tests/test_net.py::test_scale"
 STACK = "tests/test_net.py::test_stack_step"
 TRAINS = "tests/test_net.py::test_stack_trains"
+TRAINS_LONG = "tests/test_net.py::test_stack_trains_long"
 GATE = "tests/test_net.py::test_gate_both_signs"
 CONTEXT = "tests/test_net.py::test_contextual"
 CONTEXT_FREE = "tests/test_net.py::test_doubling_under_a_mode"
@@ -167,7 +180,7 @@ def decisions(project: Project, *args: str) -> dict[str, dict]:
 def test_an_equivalent_change_is_pruned_with_its_evidence(net):
     net.edit("net/layers.py", "y = x * self.weight", "y = self.weight * x")
     tests = decisions(net)
-    for test_id in (SCALE, STACK):
+    for test_id in (SCALE, STACK, TRAINS):
         assert tests[test_id]["decision"] == "skipped"
         pruned = tests[test_id]["pruned"]
         assert pruned["mode"] == "exact"
@@ -178,33 +191,37 @@ def test_an_equivalent_change_is_pruned_with_its_evidence(net):
             assert call["before"] == call["after"]
             assert any(p.startswith("grads") for p in call["before"])
         assert tests[test_id]["reasons"][0].startswith("pruned: ")
-    # test_scale's calls were replayed with NET_MODE set, test_stack_trains's without: two
-    # pairs of replay processes, both pruned.
+    # test_scale's calls were replayed with NET_MODE set, the others' without: two pairs
+    # of replay processes.
     # The training step made one Stack call (two Scale calls inside it): the Stack call was
-    # replayed, its Scales with it.
+    # replayed, its Scales with it. Three steps, three calls: each was captured, with the
+    # weights and the batch of its step, and replayed.
     assert len(tests[STACK]["pruned"]["replayed"]) == 1
+    assert len(tests[TRAINS]["pruned"]["replayed"]) == 3
     explained = net.fastci("explain", "-q", SCALE).stdout
     assert "pruning evidence (exact)" in explained and "==" in explained
     assert "!=" not in explained
     # Without pruning, the same change selects both.
     plain = decisions(net, "--no-prune")
     assert plain[SCALE]["decision"] == plain[STACK]["decision"] == "selected"
+    assert plain[TRAINS]["decision"] == "selected"
 
 
 KEPT = {
     # The numbers change: the new-code replay differs, and the test fails.
     "numbers": (SCALE, "return y + 1.0", "return y + 1.5",
                 "not pruned: Scale under the new code differs at out", True),
-    # The first Gate call (positive input) was captured; the second, of the same shape, ran
-    # the other branch and was not: changing that branch must keep the test.
-    "uncaptured branch": (GATE, "return x * 3.0", "return x * 3.5",
-                          "only in calls that were not captured", True),
-    # Three training steps, one Stack call each: the first was captured, the others (same
-    # shapes, other weights and batches) were not, and the first one's replay proves nothing
+    # The second Gate call, of the first one's shape, ran the other branch: it was captured
+    # on its own, and its replay shows the change.
+    "a later call's branch": (GATE, "return x * 3.0", "return x * 3.5",
+                              "not pruned: Gate under the new code differs at out", True),
+    # Ten training steps, one Stack call each: the first eight were captured, the last two
+    # (same shapes, other weights and batches) were not, and the eight replays prove nothing
     # about them, equivalent though the change is.
-    "later steps": (TRAINS, "y = x * self.weight", "y = self.weight * x",
-                    "in calls that were not captured (later calls of a captured signature)",
-                    False),
+    "steps past the captured ones": (
+        TRAINS_LONG, "y = x * self.weight", "y = self.weight * x",
+        "in calls that were not captured (calls of a captured signature past the first 8)",
+        False),
     # The test set a module global the replay cannot see: the capture's digest of the
     # module's globals differs from what a fresh process imports, so the capture is not the
     # call's whole context.

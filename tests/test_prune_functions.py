@@ -326,6 +326,9 @@ PRUNED = {
     "a fixture's call": ("lib/vocab.py", "enumerate(sorted(words))",
                          "enumerate(sorted(list(words)))",
                          node("vocab_from_a_fixture", "test_vocab")),
+    # Two calls of one signature (other values): each was captured and is replayed.
+    "a function called twice alike": ("lib/sched.py", "t.clamp(max=1.0)", "t.clamp(None, 1.0)",
+                                      node("clip")),
 }
 REGISTRY = node("registry_holds_the_function_itself", "test_registry")
 
@@ -339,6 +342,7 @@ def test_equivalent_changes_to_functions_a_test_calls_are_pruned(lib):
         replayed = tests[test]["pruned"]["replayed"]
         assert all(call["before"] == call["after"] for call in replayed), case
         assert any(key.startswith("out#") for key in replayed[0]["before"]), case
+    assert len(tests[node("clip")]["pruned"]["replayed"]) == 2
     # test_registry compares lr_at by identity: its file's lr_at was never wrapped (it
     # passed while recording), so lr_at's lines ran in the test's own context: kept. So
     # are the schedule's calls past the limit of captures per function.
@@ -393,16 +397,18 @@ KEPT = {
     "a fixture's call": ("lib/vocab.py", "enumerate(sorted(words))",
                          "enumerate(sorted(words), 1)", node("vocab_from_a_fixture", "test_vocab"),
                          "build_vocab under the new code differs at out#"),
-    # The second call, of the same signature, ran the other branch and was not captured.
-    "an uncaptured call": ("lib/sched.py", "    return -1", "    return -2", "sign",
-                           "only in calls that were not captured"),
+    # The second call, of the first one's signature, ran the other branch: captured on its
+    # own, its replay shows the change.
+    "a later call's branch": ("lib/sched.py", "    return -1", "    return -2", "sign",
+                              "sign under the new code differs at out, out#"),
     # An equal value, but a new object where the test got the shared one.
     "an identity": ("lib/sched.py", "    return _DEFAULTS", "    return dict(_DEFAULTS)",
                     "shared_defaults", "defaults under the new code differs at out.is"),
     # The second call, of the same signature and the same lines, has other values: only
-    # they reach the new bound. The first call's replay proves nothing about it.
+    # they reach the new bound. The first call's replay proves nothing about it; its own
+    # does.
     "a later call's values": ("lib/sched.py", "t.clamp(max=1.0)", "t.clamp(max=2.0)", "clip",
-                              "in calls that were not captured (later calls"),
+                              "clip under the new code differs at out, out#"),
     # A constructor's default changed: the object built is another.
     # New code looks for a file in the working folder: the test's has one, a replay's
     # (the tree's root) has none, and would compute what the old code did.

@@ -4,14 +4,15 @@ module calls in which its changed code ran gives the same numbers as under the o
 A selected test is a candidate only when every reason it was selected for is a changed block
 it executed (or a block it executed that reads a changed value), and each such block ran only
 inside captured module calls (`capture.py`): never outside a module call, and never in a
-later call of a captured signature, which is not replayed. The captures it needs are
-replayed twice, each in a fresh process (`replay.py`): under the evidence's own tree, where
-the outputs must reproduce the fingerprints recorded in the test (this proves the capture
-holds the call's whole context), and under the new tree. The test is pruned only when every
-fingerprint (outputs, state after the call, in-place changes to arguments, RNG, parameter
-and input gradients under a fixed upstream gradient) is bit-identical, or within the
-per-dtype tolerance when `prune = "tolerance"`. Anything else (a failed load, an exception,
-a missing blob, a timeout) keeps the test selected, with the reason.
+call of a captured signature past those captured (`MAX_REPEATS`), which is not replayed.
+The captures it needs are replayed twice, each in a fresh process (`replay.py`): under the
+evidence's own tree, where the outputs must reproduce the fingerprints recorded in the test
+(this proves the capture holds the call's whole context), and under the new tree. The test
+is pruned only when every fingerprint (outputs, state after the call, in-place changes to
+arguments, RNG, parameter and input gradients under a fixed upstream gradient) is
+bit-identical, or within the per-dtype tolerance when `prune = "tolerance"`. Anything else
+(a failed load, an exception, a missing blob, a timeout) keeps the test selected, with the
+reason.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from fastci.runner.prune import settle
 from fastci.runner.prune.budget import cut_off
 from fastci.runner.prune.replayers import LocalReplayer, Replayer, ReplayItem, SettlePlan
 from fastci.runner.prune.settle import SKIPPED, differences, unlike_recorded
+from fastci.runner.record.capture import MAX_REPEATS
 from fastci.runner.selection.report import Selection
 
 if TYPE_CHECKING:
@@ -115,8 +117,10 @@ def candidates(selection: Selection, snapshot, old_inventories, new_inventories=
             if why:
                 kept[decision.test_id] = why
                 continue
-        caps = {c["digest"]: c for c in (test.modules or {}).get("captures", ())
-                if c["digest"] in needed}
+        caps, why = _by_digest((test.modules or {}).get("captures", ()), needed)
+        if why:
+            kept[decision.test_id] = why
+            continue
         out.append(Candidate(decision.test_id, tuple(sorted(needed)),
                              {d: c["module"] for d, c in caps.items()},
                              {d: c["out"] for d, c in caps.items()},
@@ -125,6 +129,32 @@ def candidates(selection: Selection, snapshot, old_inventories, new_inventories=
                              {d: c.get("env", {}) for d, c in caps.items()},
                              decision.expected_seconds))
     return out, kept
+
+
+def _by_digest(captures, needed: set[str]) -> tuple[dict[str, dict], str | None]:
+    """The needed captures by digest. Two calls of a test can save the same bytes (a loop
+    that calls twice with nothing changed between): one replay serves both, which must then
+    run the lines of either. If they returned different values, what they computed depends
+    on something the capture does not hold, and no replay of it proves anything."""
+    out: dict[str, dict] = {}
+    for capture in captures:
+        digest = capture["digest"]
+        if digest not in needed:
+            continue
+        seen = out.get(digest)
+        if seen is None:
+            out[digest] = capture
+            continue
+        if seen["out"] != capture["out"]:
+            return {}, (f"two {capture['module'].rsplit('.', 1)[-1]} calls with the same "
+                        "captured context returned different values: the capture does not "
+                        "hold all they depend on")
+        lines = {path: sorted(set(ls) | set(capture.get("lines", {}).get(path, ())))
+                 for path, ls in seen.get("lines", {}).items()}
+        for path, ls in capture.get("lines", {}).items():
+            lines.setdefault(path, sorted(ls))
+        out[digest] = {**seen, "lines": lines}
+    return out, None
 
 
 def _needed_captures(blocks, modules: dict, inventories) -> tuple[str | None, set[str]]:
@@ -154,16 +184,16 @@ def _needed_captures(blocks, modules: dict, inventories) -> tuple[str | None, se
             hit = True
         if not hit:
             return f"{path}::{qualname} ran in no captured call", set()
-        # A later call of a captured signature (same shapes, other values: a training
-        # loop's next step) is not replayed, and the first call's replay proves nothing
-        # about it: a clamp bound only the second call's values reach.
+        # A call of a captured signature past MAX_REPEATS (same shapes, other values: a
+        # long training loop's later step) is not replayed, and the replays of the captured
+        # ones prove nothing about it: a clamp bound only its values reach.
         repeated = mine(modules["inside"].get(path, ()))
         if repeated:
             only = repeated - reached
             return (f"{path}::{qualname} ran lines "
                     + (f"{_span(only)} only" if only else f"{_span(repeated)} also")
-                    + " in calls that were not captured (later calls of a captured "
-                    "signature)"), set()
+                    + " in calls that were not captured (calls of a captured signature "
+                    f"past the first {MAX_REPEATS})"), set()
     return None, needed
 
 

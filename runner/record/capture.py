@@ -1,15 +1,16 @@
 """Capturing module calls while a test runs, so a later change can be replayed in context.
 
 `torch.nn.Module.__call__` is wrapped for the session. For each call of a module whose class
-lives in the repository, the first call per (instance, call signature) in a test is kept:
+lives in the repository, the first MAX_REPEATS calls per (instance, call signature) in a
+test are kept, each on its own:
 the module as torch.save keeps it, the arguments, the RNG and torch's global settings, a
 digest of every repository module's globals (`prune/state.py`: what the replay's fresh
 process must find), and the fingerprints of what it returned. The call runs under its own
 coverage context (`<test>|cap:<n>`), so the evidence says which executed lines ran inside
 which captured call.
 Module calls made inside a kept module call are not captured again: they stay in its
-context, and replaying it runs them too. Later calls with a signature already seen run
-under `<test>|in` when nothing encloses them. A per-test byte budget bounds what is kept; a
+context, and replaying it runs them too. Calls of a signature past MAX_REPEATS run under
+`<test>|in` when nothing encloses them. A per-test byte budget bounds what is kept; a
 call past it, or one that cannot be pickled, is
 noted as not replayable, and the blocks it ran can then never be pruned.
 
@@ -51,6 +52,7 @@ INSIDE = "|in"
 CAPTURED = "|cap:"
 DEFAULT_BUDGET = 64 * 2**20
 MAX_SIGNATURES = 8  # captured calls per function per test; later new ones run uncaptured
+MAX_REPEATS = 8  # captured calls per (callable, signature) per test; later ones run `|in`
 
 
 @dataclass
@@ -86,6 +88,7 @@ class ModuleCapture:
         self._seen: dict[tuple, weakref.ref] = {}
         self._seen_calls: set[tuple] = set()  # (function id, signature): functions outlive tests
         self._calls_of: dict[int, int] = {}  # function id -> calls captured in this test
+        self._repeats: dict[tuple, int] = {}  # signature key -> its calls captured in this test
         self._used = 0
         self._environ = dict(getattr(recorder, "environ", os.environ))  # as the session began
         self.captures: dict[str, list[Capture]] = {}
@@ -141,7 +144,7 @@ class ModuleCapture:
         self._test = None if nodeid in self.uncaptured else nodeid
         self._seen, self._seen_calls, self._used = {}, set(), 0
         self._left = self.allowance.get(nodeid, math.inf)
-        self._calls_of = {}
+        self._calls_of, self._repeats = {}, {}
         self.captures[nodeid] = []
 
     def child_request(self, nodeid: str) -> str | None:
@@ -165,16 +168,16 @@ class ModuleCapture:
         a configuration a session fixture loads is a call like one in each test's body. It
         is set up once, so it has no allowance of its own; the byte budget holds."""
         self._outer.append((self._test, self._seen, self._seen_calls, self._used, self._left,
-                            self._calls_of))
+                            self._calls_of, self._repeats))
         self._test = context
-        self._seen, self._seen_calls, self._used, self._left, self._calls_of = \
-            {}, set(), 0, math.inf, {}
+        self._seen, self._seen_calls, self._used, self._left, self._calls_of, self._repeats = \
+            {}, set(), 0, math.inf, {}, {}
         self.captures.setdefault(context, [])
 
     def end_shared(self) -> None:
         if self._outer:
             (self._test, self._seen, self._seen_calls, self._used, self._left,
-             self._calls_of) = self._outer.pop()
+             self._calls_of, self._repeats) = self._outer.pop()
 
     # -- the wrapper -------------------------------------------------------------------------
     def _fingerprints_ready(self) -> None:
@@ -212,14 +215,14 @@ class ModuleCapture:
         if ref is not None and ref() is module:
             if enclosing != test:
                 return original(module, *args, **kwargs)
-            recorder.switch_derived(test, test + INSIDE)
-            try:
-                return original(module, *args, **kwargs)
-            finally:
-                recorder.switch_derived(test, enclosing)
-        if self._spent_all(test):
+            if not self._repeat_kept(test, key):
+                return self._run_inside(test, enclosing,
+                                        lambda: original(module, *args, **kwargs))
+        elif self._spent_all(test):
             return original(module, *args, **kwargs)
-        self._seen[key] = weakref.ref(module)
+        else:
+            self._seen[key] = weakref.ref(module)
+            self._repeats[key] = 1
         captures = self.captures[test]
         capture = Capture(index=len(captures), module=_qualname(type(module)),
                           env=self._session_environment())
@@ -228,6 +231,27 @@ class ModuleCapture:
             self._save_module_call(capture, module, args, kwargs)
         return self._run_captured(capture, enclosing,
                                   lambda: original(module, *args, **kwargs))
+
+    def _repeat_kept(self, test: str, key: tuple) -> bool:
+        """Whether a later call of a captured signature is captured too (and counted): the
+        next step of a training loop has other values, and a change may compute otherwise
+        only on them (a clamp bound only the second step's values reach). Past
+        MAX_REPEATS, or once the allowance is spent, it runs under `|in`, and a changed
+        line it ran keeps the test."""
+        calls = self._repeats.get(key, 1)
+        if calls >= MAX_REPEATS or self._spent_all(test):
+            return False
+        self._repeats[key] = calls + 1
+        return True
+
+    def _run_inside(self, test: str, enclosing: str, call: Callable[[], Any]) -> Any:
+        """Run an uncaptured repeat under `<test>|in`."""
+        recorder = self.recorder
+        recorder.switch_derived(test, test + INSIDE)
+        try:
+            return call()
+        finally:
+            recorder.switch_derived(test, enclosing)
 
     def _spent_all(self, test: str) -> bool:
         """Whether the running test's capture allowance (`allowance`: a share of its last
@@ -253,8 +277,8 @@ class ModuleCapture:
     def _inside_kept(self, enclosing: str) -> bool:
         """Whether `enclosing` is a kept module call's context, or a repeat of a captured
         call (`|in`): a call inside it is not captured again, and its lines count to that
-        context. A module call's replay runs the calls inside it; a repeat's lines are
-        covered only where the first call reached them too (the rest keep the test).
+        context. A module call's replay runs the calls inside it; an uncaptured repeat's
+        lines keep the test when a change reaches them.
         Saving every nested call cost most of the recording's capture time (a model's
         every block and norm, their parameters saved once more each) and proved nothing
         the enclosing replay does not. Inside a plain function's call, and inside a call
@@ -304,7 +328,7 @@ class ModuleCapture:
 
     def call_function(self, fn, args, kwargs):
         """A test's call of a repository function through its bindings (`bindings.py`):
-        captured as a module call is, first call per signature."""
+        captured as a module call is, up to MAX_REPEATS calls per signature."""
         recorder, test = self.recorder, self._test
         if test is None or _tracing(self._torch):
             return fn(*args, **kwargs)
@@ -323,18 +347,18 @@ class ModuleCapture:
         if key in self._seen_calls:
             if enclosing != test:
                 return fn(*args, **kwargs)
-            recorder.switch_derived(test, test + INSIDE)
-            try:
+            if not self._repeat_kept(test, key):
+                return self._run_inside(test, enclosing, lambda: fn(*args, **kwargs))
+        else:
+            calls = self._calls_of.get(id(fn), 0)
+            if signature is None or calls >= MAX_SIGNATURES or not may_capture:
+                # Unpicklable arguments, or a loop over many values (`lr_at(step)` per
+                # step): run in the enclosing context, so what it runs counts as outside
+                # any capture.
                 return fn(*args, **kwargs)
-            finally:
-                recorder.switch_derived(test, enclosing)
-        calls = self._calls_of.get(id(fn), 0)
-        if signature is None or calls >= MAX_SIGNATURES or not may_capture:
-            # Unpicklable arguments, or a loop over many values (`lr_at(step)` per step):
-            # run in the enclosing context, so what it runs counts as outside any capture.
-            return fn(*args, **kwargs)
-        self._calls_of[id(fn)] = calls + 1
-        self._seen_calls.add(key)
+            self._calls_of[id(fn)] = calls + 1
+            self._seen_calls.add(key)
+            self._repeats[key] = 1
         captures = self.captures[test]
         capture = Capture(index=len(captures), module=f"{fn.__module__}.{fn.__qualname__}",
                           env=self._session_environment(), kind="function")
@@ -442,7 +466,8 @@ def _signature(module, args, kwargs) -> tuple:
     """What makes two calls of one module different contexts: mode, autocast, the module's
     plain attributes (a policy object set between two calls changes its control flow), and
     the arguments' shapes and plain values. Tensor values are not part of it: the steps of a
-    training loop are one context (lines only later calls reach keep a test, see prune.py)."""
+    training loop share a signature, and each is captured up to MAX_REPEATS (the lines of
+    later ones keep a test, `decide.py`)."""
     import torch  # noqa: PLC0415 (torch is optional: only suites that use it get here)
 
     from fastci.runner.prune.fingerprints import walk  # noqa: PLC0415 (imports torch)

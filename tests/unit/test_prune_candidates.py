@@ -110,14 +110,32 @@ def test_a_block_that_also_ran_outside_any_module_call_is_kept():
     assert kept == {SCALE: "pkg/layers.py::Scale.forward ran outside any captured call"}
 
 
-def test_a_block_a_later_call_of_a_captured_signature_also_ran_is_kept():
-    # The same lines, other values (a training loop's next step): not replayed.
+def test_a_block_a_call_past_the_captured_ones_also_ran_is_kept():
+    # The same lines, other values (a long training loop's ninth step): not replayed.
     _, found, kept = find(evidence=evidence_for(modules([capture()],
                                                         inside=[Y_LINE, RETURN_LINE])))
     assert found == {}
     assert kept == {SCALE: f"pkg/layers.py::Scale.forward ran lines {Y_LINE}-{RETURN_LINE} also "
-                           "in calls that were not captured (later calls of a captured "
-                           "signature)"}
+                           "in calls that were not captured (calls of a captured signature "
+                           "past the first 8)"}
+
+
+def test_two_calls_saved_alike_are_replayed_once_running_the_lines_of_both():
+    # A loop that calls twice with nothing changed between saves the same bytes twice.
+    first, second = capture(lines=[Y_LINE]), capture(lines=[RETURN_LINE])
+    _, found, kept = find(evidence=evidence_for(modules([first, second])))
+    assert kept == {}
+    assert found[SCALE].captures == ("d1",)
+    assert found[SCALE].lines["d1"] == {"pkg/layers.py": [Y_LINE, RETURN_LINE]}
+
+
+def test_two_calls_saved_alike_that_returned_otherwise_are_kept():
+    # The same saved call returned two values: it depends on what the capture lacks.
+    second = capture(out={"output": "another"})
+    _, found, kept = find(evidence=evidence_for(modules([capture(), second])))
+    assert found == {}
+    assert kept == {SCALE: "two Scale calls with the same captured context returned "
+                           "different values: the capture does not hold all they depend on"}
 
 
 def test_a_block_that_ran_in_a_call_that_was_not_kept_is_kept():
@@ -139,8 +157,8 @@ def test_lines_that_only_uncaptured_calls_reached_keep_the_test():
                                                         inside=[Y_LINE, RETURN_LINE])))
     assert found == {}
     assert kept == {SCALE: f"pkg/layers.py::Scale.forward ran lines {RETURN_LINE} only in "
-                           "calls that were not captured (later calls of a captured "
-                           "signature)"}
+                           "calls that were not captured (calls of a captured signature "
+                           "past the first 8)"}
 
 
 def test_without_the_evidence_commit_inventory_the_test_is_kept():
