@@ -54,6 +54,11 @@ NET = {
                 return x * 3.0
 
 
+        class Flat(nn.Module):
+            def forward(self, x):
+                return x.view(-1)
+
+
         class Contextual(nn.Module):
             def forward(self, x):
                 return x * MODE["factor"]
@@ -73,7 +78,8 @@ NET = {
     "tests/test_net.py": '''
         import torch
 
-        from net.layers import MODE, Contextual, Doubling, Gate, Scale, Secretive, Stack, double
+        from net.layers import (MODE, Contextual, Doubling, Flat, Gate, Scale, Secretive, Stack,
+                                double)
 
 
         def test_scale(monkeypatch):
@@ -125,6 +131,12 @@ NET = {
             assert torch.equal(g(-torch.ones(2)), torch.full((2,), -3.0))
 
 
+        def test_flat_writes_through():
+            x = torch.zeros(2, 2)
+            Flat()(x)[0] = 1.0
+            assert x[0, 0] == 1.0
+
+
         def test_contextual():
             MODE["factor"] = 5.0
             try:
@@ -154,6 +166,7 @@ STACK = "tests/test_net.py::test_stack_step"
 TRAINS = "tests/test_net.py::test_stack_trains"
 TRAINS_LONG = "tests/test_net.py::test_stack_trains_long"
 GATE = "tests/test_net.py::test_gate_both_signs"
+FLAT = "tests/test_net.py::test_flat_writes_through"
 CONTEXT = "tests/test_net.py::test_contextual"
 CONTEXT_FREE = "tests/test_net.py::test_doubling_under_a_mode"
 SECRETIVE = "tests/test_net.py::test_secretive"
@@ -222,6 +235,9 @@ KEPT = {
         TRAINS_LONG, "y = x * self.weight", "y = self.weight * x",
         "in calls that were not captured (calls of a captured signature past the first 8)",
         False),
+    # Equal values, but a copy where the test wrote through a view of its input.
+    "a copy for a view": (FLAT, "return x.view(-1)", "return x.flatten().clone()",
+                          "Flat under the new code differs at out.is", True),
     # The test set a module global the replay cannot see: the capture's digest of the
     # module's globals differs from what a fresh process imports, so the capture is not the
     # call's whole context.

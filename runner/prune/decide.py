@@ -550,10 +550,11 @@ class _CannotReplay(Exception):
     pass
 
 
-REPLAY_FORMAT = 2
+REPLAY_FORMAT = 3
 """What a replay fingerprints; part of the key of stored replays, so bump it whenever a
-replay records something more (2: `said.files`), and results stored before are not mixed
-with new ones (a fingerprint on one side only is a difference: its tests would stay kept)."""
+replay records something more (2: `said.files`, 3: a module call's `out.is`), and results
+stored before are not mixed with new ones (a fingerprint on one side only is a difference:
+its tests would stay kept)."""
 
 
 def _tree_key(tree: Mapping[str, str]) -> str:

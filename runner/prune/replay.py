@@ -256,6 +256,7 @@ def _replay(path: str, root: str, timing: dict) -> tuple[dict, dict]:
             torch.set_grad_enabled(settings["grad"]):
         out = module(*args, **kwargs)
     prints = {**observed, **looked, **fingerprints(out, "out"),
+              "out.is": {"repr": _identity(out, args, kwargs, type(module).forward, module)},
               **fingerprints(module.state_dict(), "state"),
               **fingerprints(_tensor_attributes(module), "attr"),
               **fingerprints((args, kwargs), "args"),
@@ -519,21 +520,28 @@ def _replay_function(saved: dict, root: str) -> tuple[dict, dict]:
 _VALUES = (type(None), bool, int, float, complex, str, bytes, tuple, frozenset)
 
 
-def _identity(out, args, kwargs, fn) -> str:
+def _identity(out, args, kwargs, fn, module=None) -> str:
     """Which object the call returned, beside its value: an argument itself (or a view of a
-    tensor argument), one of its module's globals (a shared config), or a new one. Equal
-    values compare equal; `get_config() is get_config()` and a view written through do not,
-    so new code that returns a copy where the old returned the shared object differs here.
-    Immutable values have no identity worth comparing."""
+    tensor argument), a module's own parameter or buffer (or a view of one), one of its
+    code's globals (a shared config), or a new one. Equal values compare equal;
+    `get_config() is get_config()` and a view written through do not, so new code that
+    returns a copy where the old returned the shared object (or `x.view(-1)` where it
+    returned `x.flatten().clone()`) differs here. Immutable values have no identity worth
+    comparing."""
     if isinstance(out, _VALUES):
         return "a value"
     named = [*(f"args[{i}]" for i in range(len(args))), *(f"kwargs[{k!r}]" for k in kwargs)]
-    for name, value in zip(named, [*args, *kwargs.values()]):
+    values = [*args, *kwargs.values()]
+    if module is not None:
+        own = module.state_dict(keep_vars=True)
+        named += [f"state {name}" for name in own]
+        values += list(own.values())
+    for name, value in zip(named, values):
         if out is value:
             return name
     storage = _storage(out)
     if storage is not None:
-        for name, value in zip(named, [*args, *kwargs.values()]):
+        for name, value in zip(named, values):
             if _storage(value) == storage:
                 return f"a view of {name}"
     for name, value in sorted(getattr(fn, "__globals__", {}).items()):
