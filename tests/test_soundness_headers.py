@@ -48,6 +48,24 @@ HEADERS = {
                 self.w = 1
                 self.b = 2
     ''',
+    # An Enum and a class of constants, reached only through the registry: no line of
+    # theirs runs in a test.
+    "pk/levels.py": '''
+        import enum
+
+        from pk.registry import register
+
+
+        @register("level")
+        class Level(enum.Enum):
+            LOW = 1
+            HIGH = 2
+
+
+        @register("sizes")
+        class Sizes:
+            SMALL = 4
+    ''',
     "pk/cli.py": '''
         import inspect
 
@@ -75,6 +93,18 @@ HEADERS = {
         def test_block():
             assert OPTIMIZERS["block"]().b == 2
     ''',
+    "tests/test_levels.py": '''
+        import pk.levels  # noqa: F401 (registers them)
+        from pk.registry import OPTIMIZERS
+
+
+        def test_level():
+            assert OPTIMIZERS["level"](1).name == "LOW"
+
+
+        def test_sizes():
+            assert OPTIMIZERS["sizes"].SMALL == 4
+    ''',
     "tests/test_cli.py": '''
         from pk.cli import defaults, train
 
@@ -100,6 +130,14 @@ recorded, repo = recorded_once("headers", HEADERS)
     # Not a def: a class-body statement of a class its test ran only through the registry.
     ("pk/layers.py", '__slots__ = ("w", "b")', '__slots__ = ("w",)',
      "tests/test_layers.py::test_block", "Block.__init__ reads Block"),
+    # A class with no method of its own, reached only through the registry: an Enum member's
+    # value, a constant, the key its decorator registered it under.
+    ("pk/levels.py", "LOW = 1", "LOW = 3", "tests/test_levels.py::test_level",
+     "a decorator may have registered it"),
+    ("pk/levels.py", "SMALL = 4", "SMALL = 5", "tests/test_levels.py::test_sizes",
+     "a decorator may have registered it"),
+    ("pk/levels.py", '@register("sizes")', '@register("small")', "tests/test_levels.py::test_sizes",
+     "a decorator may have registered it"),
 ])
 def test_a_changed_def_header_selects_who_depends_on_it(repo, path, old, new, victim, why):
     repo.edit(path, old, new)

@@ -49,15 +49,17 @@ class Block:
     decorators: str = ""  # digest of the decorators alone: calls made as the parent runs
     doc: str = ""  # digest of the docstring: `__doc__`, which fingerprints leave out
     inherits: bool = False  # a class with bases: a method added to it may override one
+    registers: bool = False  # a decorator FastCI does not know may keep it (a registry)
 
 
-PARSER_VERSION = 5
+PARSER_VERSION = 6
 """What `parse_blocks` computes for a source: stores keep inventories by blob, so bump it
 whenever the same source parses to other blocks or lines, and older ones are parsed again.
 2: a function whose body is a docstring alone owns its first line (a call is reported there).
 3: a block's decorators have a digest of their own.
 4: so has its docstring, and `obj.__doc__` is read as ".__doc__" (DOC_ATTRIBUTE).
-5: so is a call of a helper that reads a docstring for its caller (DOC_READERS)."""
+5: so is a call of a helper that reads a docstring for its caller (DOC_READERS).
+6: a block knows whether a decorator may have registered it (`registers`)."""
 
 
 @dataclass(frozen=True)
@@ -298,6 +300,28 @@ def is_jit(node: ast.AST) -> bool:
     return False
 
 
+# Decorators that return the class or function they were given and keep no reference to
+# it: the definition's name is the only way to reach what they decorate.
+TRANSPARENT_DECORATORS = frozenset({
+    "dataclass", "total_ordering", "unique", "verify", "final", "runtime_checkable",
+    "dataclass_transform", "override", "staticmethod", "classmethod", "property",
+    "cached_property", "abstractmethod", "wraps", "contextmanager", "asynccontextmanager",
+    "singledispatchmethod", "no_type_check", "overload",
+})
+
+
+def registers(node: ast.AST) -> bool:
+    """Whether a decorator other than the transparent ones may keep the definition where
+    code reaches it without its name (`@register("level")` filling a registry): a class
+    reached that way runs none of its lines when its body holds values only (an Enum)."""
+    for deco in getattr(node, "decorator_list", []):
+        target = deco.func if isinstance(deco, ast.Call) else deco
+        name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+        if name not in TRANSPARENT_DECORATORS:
+            return True
+    return False
+
+
 def _end(node: _Def) -> int:
     return node.end_lineno or node.lineno
 
@@ -358,7 +382,8 @@ class _Collector:
             body_start=body_start, header=_digest(_dump(header)),
             decorators=_digest(_dump(node.decorator_list)) if node.decorator_list else "",
             doc=_doc_digest(node),
-            inherits=isinstance(node, ast.ClassDef) and bool(node.bases or node.keywords)))
+            inherits=isinstance(node, ast.ClassDef) and bool(node.bases or node.keywords),
+            registers=registers(node)))
 
 
 def defs_in(body: list[ast.stmt], prefix: str = "") -> Iterator[tuple[str, _Def]]:

@@ -281,6 +281,12 @@ class _Found:
         elif kind == "module":
             in_module.update(d for s in changed_statements for d in s.defines)
         if kind == "class" and _class_change_is_broad(before, after, changed_statements):
+            if any(b is not None and b.registers for b in (before, after)):
+                # A registry its decorator filled reaches it without its name, and an
+                # Enum or a class of constants runs no line a test could be credited with.
+                self.unresolved.setdefault(path, f"class {short} changed, and a decorator "
+                                                 "may have registered it (it runs as the "
+                                                 "module is imported)")
             self.names.add(short)  # whoever names the class may see different behaviour
             added = _only_added_methods(before, after, changed_statements)
             if added:

@@ -60,7 +60,7 @@ def inventory_to_json(fb: FileBlocks) -> dict:
                     list(b.reads),
                     [[s.digest, list(s.defines), list(s.reads), s.kind]
                      for s in b.statements], b.is_jit, list(b.calls), b.header, b.inherits,
-                    b.decorators, b.doc]
+                    b.decorators, b.doc, b.registers]
                    for b in fb.blocks],
     }
 
@@ -74,8 +74,8 @@ def inventory_from_json(data: dict) -> FileBlocks | None:
               reads=tuple(r),
               statements=tuple(Statement(d, tuple(df), tuple(rd), kind)
                                for d, df, rd, kind in st), is_jit=bool(j), calls=tuple(c),
-              header=h, inherits=bool(i), decorators=dec, doc=doc)
-        for q, k, s, bs, e, f, r, st, j, c, h, i, dec, doc in data["blocks"])
+              header=h, inherits=bool(i), decorators=dec, doc=doc, registers=bool(reg))
+        for q, k, s, bs, e, f, r, st, j, c, h, i, dec, doc, reg in data["blocks"])
     owner: dict[int, str] = {}
     for block in blocks:  # parents come before children: the innermost block wins
         if block.kind != "module":

@@ -181,6 +181,22 @@ def test_a_dataclass_field_default_change_names_the_field_and_the_class():
     assert {"width", "Config"} <= changes.names
 
 
+def test_a_dataclass_change_stays_resolved_to_its_names():
+    # @dataclass keeps no reference to the class: its name is the only way to it.
+    changes = changes_between(LIB, edit(LIB, "pkg/layer.py", "width: int = 4", "width: int = 8"))
+    assert changes.unresolved == {}
+
+
+@pytest.mark.parametrize("decorator", ["@register(\"config\")", "@REGISTRY.register_module()"])
+def test_a_class_a_decorator_may_have_registered_changes_its_whole_module(decorator):
+    # A registry reaches it without its name: its importers are its readers.
+    old = edit(LIB, "pkg/layer.py", "@dataclass\n", f"{decorator}\n@dataclass\n")
+    changes = changes_between(old, edit(old, "pkg/layer.py", "width: int = 4", "width: int = 8"))
+    assert changes.unresolved == {"pkg/layer.py": "class Config changed, and a decorator may "
+                                                  "have registered it (it runs as the module "
+                                                  "is imported)"}
+
+
 def test_a_method_added_to_a_class_with_bases_is_recorded_for_the_pruning_check():
     new = edit(LIB, "pkg/layer.py", "    def extra(self):",
                "    def reset(self):\n        return 0\n\n    def extra(self):")
