@@ -127,16 +127,23 @@ def _probe_counts(frame: FrameType | None) -> bool:
     return False
 
 
-def opened_by_test() -> bool:
-    """For a sink the audit hook called on an open: whether the code that opened counts
-    (`_probe_counts`), past FastCI's own frames up to the hook."""
-    frame: FrameType | None = _getframe(1)
+def _opener(frame: FrameType | None) -> FrameType | None:
+    """The frame that made the open the audit hook saw: past FastCI's own frames (the
+    hook that asks, and what it called), up to and including `_audit`. What called the
+    hook opened the file, FastCI's own code too (capture reading a source to bind names):
+    that is tooling, not a test's read."""
     ours = _tool_dirs[0] if _tool_dirs else "\0"
     while frame is not None and frame.f_code.co_filename.startswith(ours):
         skipped, frame = frame, frame.f_back
         if skipped.f_code.co_name == "_audit":
             break
-    return _probe_counts(frame)
+    return frame
+
+
+def opened_by_test() -> bool:
+    """For a sink the audit hook called on an open: whether the code that opened counts
+    (`_probe_counts`)."""
+    return _probe_counts(_opener(_getframe(1)))
 
 
 def probe_files(root: str, sink: Callable[[str, str], None] | None) -> None:
@@ -259,11 +266,7 @@ def spec_from_others(me: object, name: str, path, target=None) -> ModuleSpec | N
 
 def wants(path: str, root: str) -> bool:
     """A non-Python file under the repository, outside FastCI's and git's own folders."""
-    if not path.startswith(root) or path.endswith(_SKIP_SUFFIXES):
-        return False
-    rel = path[len(root):].lstrip("/")
-    top = rel.split("/", 1)[0]
-    return bool(rel) and top not in (".git", ".fastci") and "__pycache__" not in rel
+    return not path.endswith(_SKIP_SUFFIXES) and may_appear(path, root)
 
 
 def may_appear(path: str, root: str) -> bool:
@@ -658,13 +661,8 @@ def wants_source(path: str, root: str) -> bool:
     warning or a traceback showing a source line)."""
     if not path.endswith(".py") or not path.startswith(root) or "__pycache__" in path:
         return False
-    frame: FrameType | None = _getframe(1)
-    ours = _tool_dirs[0] if _tool_dirs else "\0"
-    while frame is not None and frame.f_code.co_filename.startswith(ours):
-        skipped, frame = frame, frame.f_back  # the audit hook that asks, and what it called
-        if skipped.f_code.co_name == "_audit":
-            break  # what called it opened the file: FastCI's own code too (capture reading
-    while frame is not None:  # a source to bind names) is tooling, not the test's read
+    frame = _opener(_getframe(1))
+    while frame is not None:
         filename = frame.f_code.co_filename
         if filename.startswith("<frozen importlib") or filename in _display_files:
             return False  # the import system loading a module; a warning or traceback shown
