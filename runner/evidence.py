@@ -25,6 +25,7 @@ UNRECORDED = "lines unrecorded: "
 """In TestRecord.spawns: how some of the test's own lines went unrecorded (the line tracer
 replaced, a thread started outside `threading`); selected on any code or data change."""
 ABSENT = "-"  # in TestRecord.files: a path the test looked for and did not find
+FOLDER = "/"  # ... and: a folder the test asked about (`os.path.isdir`) and found
 CALLER = "="  # in Snapshot.import_time origins: the module-level statement that made the call
 
 
@@ -40,7 +41,8 @@ class TestRecord:
     blocks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # path -> qualnames
     files: Mapping[str, str] = field(default_factory=dict)
     """non-Python path -> blob sha it had when the test read it or asked about it (stat), or
-    ABSENT for a path (of any kind) it looked for and did not find."""
+    ABSENT for a path (of any kind) it looked for and did not find, FOLDER for a folder it
+    asked about and found."""
     dirs: tuple[str, ...] = ()  # directories the test listed
     spawns: tuple[str, ...] = ()  # child processes able to run the repo's Python (untraced)
     kernels: Mapping[str, str] = field(default_factory=dict)  # "path::qualname" -> hash

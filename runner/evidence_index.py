@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from fastci.runner.evidence import ABSENT, TestRecord
+from fastci.runner.evidence import ABSENT, FOLDER, TestRecord
 
 INDEX_VERSION = 2  # the packed form; another is ignored (full selection), never read as this
 
@@ -52,7 +52,8 @@ Counts = list[int]  # [blocks, files with blocks, data files, kernels] (as JSON 
 def evidence_counts(test: TestRecord) -> Counts:
     """What a skipped test's reason quotes of its evidence."""
     return [sum(len(q) for q in test.blocks.values()), len(test.blocks),
-            sum(1 for sha in test.files.values() if sha != ABSENT), len(test.kernels)]
+            sum(1 for sha in test.files.values() if sha not in (ABSENT, FOLDER)),
+            len(test.kernels)]
 
 
 def _keys(test: TestRecord) -> Iterable[tuple[str, tuple[str, ...]]]:

@@ -1,11 +1,11 @@
 """What a test learns without opening a file or calling a function: a data file's size
 (`os.path.getsize` of a token file, to count its tokens), whether a file exists (an override
-that takes effect once someone adds it), a folder it looked for, a file it tried to open and
-did not find, and a method's signature (`inspect.signature(model.forward)`, to drop the batch
-columns the model does not take). None of these runs a changed line or opens a changed
-file, in the test's process or in a child it starts, so none leaves line or open evidence.
-Each case changes only that, so that its test fails; FastCI must select it, and still skip
-a test that looked at none of it."""
+that takes effect once someone adds it), a folder it looked for (missing, or found and then
+emptied), a file it tried to open and did not find, and a method's signature
+(`inspect.signature(model.forward)`, to drop the batch columns the model does not take).
+None of these runs a changed line or opens a changed file, in the test's process or in a
+child it starts, so none leaves line or open evidence. Each case changes only that, so that
+its test fails; FastCI must select it, and still skip a test that looked at none of it."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from soundness_world import PACKAGE, assert_selects, recorded_once
 PROBES = {
     **PACKAGE,
     "pk/train.bin": "abcdefgh",
+    "pk/assets/vocab.txt": "a b\n",
     "pk/data.py": '''
         import os
         from pathlib import Path
@@ -32,6 +33,10 @@ PROBES = {
 
         def has_plugins():
             return Path(HERE, "plugins").is_dir()
+
+
+        def has_assets():
+            return os.path.isdir(os.path.join(HERE, "assets"))
 
 
         def extra():
@@ -55,7 +60,7 @@ PROBES = {
             return {k: v for k, v in batch.items() if k in names}
     ''',
     "tests/test_data.py": '''
-        from pk.data import extra, has_plugins, mode, n_tokens
+        from pk.data import extra, has_assets, has_plugins, mode, n_tokens
 
 
         def test_tokens():
@@ -72,6 +77,10 @@ PROBES = {
 
         def test_extra():
             assert extra() == ""
+
+
+        def test_assets():
+            assert has_assets()
     ''',
     "tests/test_columns.py": '''
         from pk.columns import accepted
@@ -92,6 +101,13 @@ PROBES = {
             out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                  check=True).stdout
             assert out.strip() == "default"
+
+
+        def test_child_assets():
+            code = "from pk.data import has_assets; print(has_assets())"
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                 check=True).stdout
+            assert out.strip() == "True"
     ''',
     "tests/test_other.py": '''
         def test_other():
@@ -105,6 +121,7 @@ recorded, repo = recorded_once("probes", PROBES)
 @pytest.fixture
 def probes(repo):
     yield repo
+    repo.git("reset", "-q")  # files a case removed (restored by `repo`)
     repo.git("clean", "-fdq", "--", "pk")  # files a case added
 
 
@@ -123,6 +140,11 @@ def probes(repo):
      "present now: pk/override.txt"),
     (("pk/extra.txt", None, "more\n"), "tests/test_data.py::test_extra",
      "present now: pk/extra.txt"),
+    # A folder the test found is gone: its last file removed (new None).
+    (("pk/assets/vocab.txt", "a b\n", None), "tests/test_data.py::test_assets",
+     "found folders no file is in now: pk/assets/"),
+    (("pk/assets/vocab.txt", "a b\n", None), "tests/test_child.py::test_child_assets",
+     "found folders no file is in now: pk/assets/"),
     # forward's body is unchanged and the test never calls it.
     (("pk/model.py", "mask=None", "attention_mask=None"), "tests/test_columns.py::test_columns",
      "signature"),
@@ -131,6 +153,8 @@ def test_a_probe_selects_who_looked(probes, change, victim, why):
     path, old, new = change
     if old is None:
         probes.write({path: new})
+    elif new is None:
+        probes.git("rm", "-q", path)  # its folder goes with its last file, as in a checkout
     else:
         probes.edit(path, old, new)
     assert_selects(probes, victim, "tests/test_other.py::test_other", why)

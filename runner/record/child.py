@@ -84,6 +84,7 @@ class _State:
         self.name = f"{self.pid}-{os.urandom(4).hex()}"
         self.files: set[str] = set()
         self.absent: set[str] = set()  # paths looked for and not found
+        self.folders: set[str] = set()  # folders asked about and found
         self.kernels: set[tuple[str, str]] = set()
         self.ranks: list[dict] = []
         self.spawned = 0
@@ -307,7 +308,7 @@ def _finish(state: _State, event: str) -> None:
         _write(state.path(".json"), {
             "format": FORMAT, "event": event, "pid": state.pid, "ppid": state.ppid,
             "tag": state.tag, "argv": _argv(), "lines": lines, "files": sorted(state.files),
-            "absent": sorted(state.absent),
+            "absent": sorted(state.absent), "folders": sorted(state.folders),
             "kernels": sorted(state.kernels), "ranks": state.ranks,
             "spawned": state.spawned, "compiled": state.compiled, "error": error,
             "reads": reached.get("reads", []), "credited": reached.get("credited", []),
@@ -527,7 +528,10 @@ def _probed(kind: str, full: str) -> None:
     state = _state
     if state is None or state.pid != os.getpid():
         return
-    if kind == "absent" or not tracing.is_file(full):
+    if kind == "probe" and tracing.is_dir(full):
+        if tracing.wants(full, state.root):
+            state.folders.add(os.path.normpath(full))
+    elif kind == "absent" or not tracing.is_file(full):
         if kind != "probe" and tracing.may_appear(full, state.root) and \
                 not tracing.lexists(full) and (kind == "absent" or tracing.opened_by_test()):
             state.absent.add(os.path.normpath(full))

@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Collection, Iterator
 
 from fastci.runner.analysis import inventory
 from fastci.runner.analysis.blocks import MODULE, FileBlocks, ModuleStatements
@@ -42,6 +42,7 @@ from fastci.runner.analysis.environment import Environment, current, is_manifest
 from fastci.runner.evidence import (
     ABSENT,
     DYNAMIC_ALL,
+    FOLDER,
     SESSION,
     UNRECORDED,
     ImportCaller,
@@ -112,6 +113,7 @@ class Recorder:
         self.files: dict[str, set[str]] = defaultdict(set)
         self.dirs: dict[str, set[str]] = defaultdict(set)
         self.absent: dict[str, set[str]] = defaultdict(set)  # paths looked for, not found
+        self.folders: dict[str, set[str]] = defaultdict(set)  # folders asked about, found
         self.spawns: dict[str, set[str]] = defaultdict(set)
         self.kernels: dict[str, set[tuple[str, str]]] = defaultdict(set)
         self.compiled_contexts: set[str] = set()  # contexts that entered compiled code
@@ -324,6 +326,8 @@ class Recorder:
                     (kind == "open" and tracing.wants_source(full, self.root)):
                 if tracing.is_file(full):
                     self.files[self.context].add(os.path.normpath(full))
+                elif kind == "probe" and tracing.is_dir(full):
+                    self.folders[self.context].add(os.path.normpath(full))
                 elif kind == "open" and not tracing.lexists(full) and \
                         tracing.opened_by_test():
                     self.absent[self.context].add(os.path.normpath(full))
@@ -505,7 +509,7 @@ class Recorder:
             tests[nodeid] = TestRecord(
                 test_id=nodeid, outcome=test.outcome, duration=test.duration,
                 blocks=self._blocks(nodeid, test, seen, inventories),
-                files=_data_evidence(shas, seen.files, seen.absent, self.root),
+                files=_data_evidence(shas, seen.files, seen.absent, self.root, seen.folders),
                 dirs=tuple(sorted(os.path.relpath(d, self.root) for d in seen.dirs)),
                 kernels={k: kernel_hash[k] for k in (f"{p}::{q}" for p, q in seen.kernels)},
                 markers=test.markers, dimension=test.dimension,
@@ -565,6 +569,7 @@ class Recorder:
             self.files[tag] |= {f for f in evidence.files  # Python files: read as data
                                 if tracing.wants(f, self.root) or f.endswith(".py")}
             self.absent[tag] |= {f for f in evidence.absent if tracing.may_appear(f, self.root)}
+            self.folders[tag] |= {f for f in evidence.folders if tracing.wants(f, self.root)}
             self.kernels[tag] |= {(os.path.relpath(f, self.root), q)
                                   for f, q in evidence.kernels}
             for into, pairs in ((self.child_reads, evidence.reads),
@@ -624,6 +629,7 @@ class Recorder:
             seen.files |= self.files.get(context, set())
             seen.dirs |= self.dirs.get(context, set())
             seen.absent |= self.absent.get(context, set())
+            seen.folders |= self.folders.get(context, set())
             seen.kernels |= self.kernels.get(context, set())
         return seen
 
@@ -655,8 +661,11 @@ class Recorder:
 
     def _session_files(self, shas: _FileHasher) -> dict[str, str]:
         """Non-Python files read at session start or while a test file was collected, and
-        paths looked for then and not found (ABSENT)."""
+        paths looked for then and not found (ABSENT), or folders found (FOLDER)."""
         session_files: dict[str, str] = {}
+        for context, found in self.folders.items():
+            if context == SESSION_CONTEXT or context.startswith("collect:"):
+                session_files.update((os.path.relpath(p, self.root), FOLDER) for p in found)
         for context, missing in self.absent.items():
             if context == SESSION_CONTEXT or context.startswith("collect:"):
                 session_files.update((os.path.relpath(p, self.root), ABSENT) for p in missing)
@@ -805,15 +814,19 @@ class _Seen:
     files: set[str] = field(default_factory=set)
     dirs: set[str] = field(default_factory=set)
     absent: set[str] = field(default_factory=set)
+    folders: set[str] = field(default_factory=set)
     kernels: set[tuple[str, str]] = field(default_factory=set)
     spawns: set[str] = field(default_factory=set)
 
 
 def _data_evidence(shas: _FileHasher, opened: set[str], absent: set[str],
-                   root: str) -> dict[str, str]:
-    """The files a test read (their shas) and the paths it looked for and did not find
-    (ABSENT); a path it looked for and then made and read is a file it read."""
-    out = {os.path.relpath(p, root): ABSENT for p in absent}
+                   root: str, folders: Collection[str] = ()) -> dict[str, str]:
+    """The files a test read (their shas), the folders it asked about and found (FOLDER),
+    and the paths it looked for and did not find (ABSENT); a path it looked for and then
+    made and read is a file it read, and one it looked for and then made a folder is
+    absent (its appearing in the tree is what can change the test)."""
+    out = {os.path.relpath(p, root): FOLDER for p in folders}
+    out.update((os.path.relpath(p, root), ABSENT) for p in absent)
     out.update(shas.hash_all(opened))
     return out
 

@@ -176,6 +176,14 @@ def is_file(path: str) -> bool:
         return False
 
 
+def is_dir(path: str) -> bool:
+    """os.path.isdir without asking the probes."""
+    try:
+        return stat.S_ISDIR(_stat_originals.get("stat", os.stat)(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
 _raw_start: Callable | None = None
 
 

@@ -3,7 +3,7 @@ the pruning evidence and what was recorded for it."""
 
 from __future__ import annotations
 
-from fastci.runner.evidence import ABSENT
+from fastci.runner.evidence import ABSENT, FOLDER
 from fastci.runner.selection.report import Selection
 
 
@@ -57,10 +57,13 @@ def explain(sel: Selection, test_id: str, evidence=None, not_pruned: str | None 
         for path in sorted(evidence.blocks)[:10]:
             lines.append(f"      {path}: {', '.join(evidence.blocks[path][:6])}"
                          + (" …" if len(evidence.blocks[path]) > 6 else ""))
-        read = sorted(p for p, sha in evidence.files.items() if sha != ABSENT)
+        read = sorted(p for p, sha in evidence.files.items() if sha not in (ABSENT, FOLDER))
         missing = sorted(p for p, sha in evidence.files.items() if sha == ABSENT)
+        found = sorted(f"{p}/" for p, sha in evidence.files.items() if sha == FOLDER)
         if read:
             lines.append(f"    read {len(read)} data files: " + ", ".join(read[:8]))
+        if found:
+            lines.append(f"    found {len(found)} folders: " + ", ".join(found[:8]))
         if missing:
             lines.append(f"    looked for {len(missing)} missing paths: "
                          + ", ".join(missing[:8]))

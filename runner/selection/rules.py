@@ -9,7 +9,7 @@ from __future__ import annotations
 import posixpath
 from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Collection, Mapping, Sequence
 
@@ -22,6 +22,7 @@ from fastci.runner.evidence import (
     ABSENT,
     DYNAMIC_ALL,
     FAILED,
+    FOLDER,
     IMPORTED,
     SESSION,
     UNRECORDED,
@@ -127,14 +128,7 @@ def _select_all_reasons(inp: SelectionInput, snap: Snapshot) -> list[str]:
             is_manifest(c.path) for c in changes.files):
         reasons.append("the dependency lock differs from the one the evidence was recorded "
                        "with")
-    new_folders = _added_folders(changes)
-    for path, sha in sorted(snap.session_files.items()):
-        how = _input_change(inp, path, sha, new_folders)
-        if how == "added":
-            reasons.append(f"{path} was looked for at import time, outside any test, and "
-                           "was added")
-        elif how is not None:
-            reasons.append(f"{path} was read at import time, outside any test, and changed")
+    reasons.extend(_session_input_reasons(inp, snap))
     for path, qualnames in snap.import_time.items():
         for qualname, origins in qualnames.items():
             if SESSION in origins and (path, qualname) in changes.blocks:
@@ -145,6 +139,22 @@ def _select_all_reasons(inp: SelectionInput, snap: Snapshot) -> list[str]:
                 and _conftest_changed(change.path, changes):
             reasons.append(f"the root conftest.py {change.status} at module level")
     return reasons
+
+
+def _session_input_reasons(inp: SelectionInput, snap: Snapshot) -> list[str]:
+    """Files read, paths looked for and folders found outside any test (session start, a
+    test file's import): whatever changed there reaches every test."""
+    out = []
+    folders = _Folders.of(inp)
+    for path, sha in sorted(snap.session_files.items()):
+        how = _input_change(inp, path, sha, folders)
+        if how == "added":
+            out.append(f"{path} was looked for at import time, outside any test, and was added")
+        elif how == "gone":
+            out.append(f"{path}/ was found at import time, outside any test, and is gone")
+        elif how is not None:
+            out.append(f"{path} was read at import time, outside any test, and changed")
+    return out
 
 
 def _conftest_changed(path: str, changes: ChangeSet) -> bool:
@@ -158,26 +168,52 @@ def _file_sha(inp: SelectionInput, path: str) -> str | None:
     return inp.untracked_shas.get(path)
 
 
-def _added_folders(changes: ChangeSet) -> frozenset[str]:
-    """Every folder above an added file: a path looked for and not found may now be one."""
-    out = set()
-    for path, change in changes.file_status().items():
-        if change.status in ("added", "renamed"):
-            folder = posixpath.dirname(path)
-            while folder:
-                out.add(folder)
-                folder = posixpath.dirname(folder)
-    return frozenset(out)
+def _folders_above(path: str) -> Iterator[str]:
+    folder = posixpath.dirname(path)
+    while folder:
+        yield folder
+        folder = posixpath.dirname(folder)
 
 
-def _input_change(inp: SelectionInput, path: str, sha: str,
-                  new_folders: Collection[str]) -> str | None:
-    """How a file a test read or asked about differs now ("changed", "removed"), or
-    "added" for a path it looked for and did not find that is now a file or a folder with
-    files; None when it is as the test saw it."""
+@dataclass(frozen=True)
+class _Folders:
+    """The folders a change made (above an added file: a path looked for and not found may
+    now be one) and those it emptied (every file under them removed or renamed away: a
+    folder a test found may be gone)."""
+
+    added: frozenset[str] = frozenset()
+    gone: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, inp: SelectionInput) -> _Folders:
+        added: set[str] = set()
+        emptied: set[str] = set()
+        for path, change in inp.changes.file_status().items():
+            if change.status in ("added", "renamed"):
+                added.update(_folders_above(path))
+            if change.status in ("removed", "renamed") and _file_sha(inp, path) is None:
+                emptied.update(_folders_above(path))
+        if emptied:  # only then is every file's folder worth a look
+            present: set[str] = set()
+            for path in (*inp.head_tree, *inp.untracked_shas):
+                for folder in _folders_above(path):
+                    if folder in present:
+                        break  # and so are the folders above it
+                    present.add(folder)
+            emptied -= present
+        return cls(frozenset(added), frozenset(emptied))
+
+
+def _input_change(inp: SelectionInput, path: str, sha: str, folders: _Folders) -> str | None:
+    """How a file a test read or asked about differs now ("changed", "removed"), "added"
+    for a path it looked for and did not find that is now a file or a folder with files,
+    or "gone" for a folder it found that no file is in now; None when it is as the test
+    saw it."""
     now = _file_sha(inp, path)
     if sha == ABSENT:
-        return "added" if now is not None or path in new_folders else None
+        return "added" if now is not None or path in folders.added else None
+    if sha == FOLDER:
+        return "gone" if path in folders.gone else None
     if now == sha:
         return None
     return "removed" if now is None else "changed"
@@ -225,7 +261,7 @@ class _Rules:
                                   if not c.path.endswith(".py")
                                   and not inp.settings.ignores(c.path)]
         status = changes.file_status()
-        self.added_folders = _added_folders(changes)
+        self.folders = _Folders.of(inp)
         self.added_or_removed: dict[str, list[str]] = defaultdict(list)
         for path, change in status.items():
             if change.status in ("added", "removed", "renamed"):
@@ -446,11 +482,13 @@ class _Rules:
         """Data the test read: files whose contents changed, directories it listed where
         files were added or removed."""
         out = []
-        changed_files, appeared = [], []
+        changed_files, appeared, gone = [], [], []
         for path, sha in test.files.items():
-            how = _input_change(self.inp, path, sha, self.added_folders)
+            how = _input_change(self.inp, path, sha, self.folders)
             if how == "added":
                 appeared.append(path)
+            elif how == "gone":
+                gone.append(f"{path}/")
             elif how is not None:
                 changed_files.append(f"{path} ({how})")
         if changed_files:
@@ -458,6 +496,8 @@ class _Rules:
         if appeared:
             out.append((_examples("looked for paths missing then, present now", appeared),
                         len(appeared)))
+        if gone:
+            out.append((_examples("found folders no file is in now", gone), len(gone)))
         for directory in test.dirs:
             entries = self.added_or_removed.get(directory)
             if entries:
@@ -634,7 +674,7 @@ def _reached(inp: SelectionInput, rules: _Rules, index: TestIndex) -> set[int]:
     by_string = set(changes.names_by_path) | broad
     changed: dict[str, Callable[..., bool]] = {  # kind -> does this key name a change?
         BLOCKS: lambda path: path in broad,  # module level: whatever of it the test ran
-        FILES: lambda path, sha: _input_change(inp, path, sha, rules.added_folders) is not None,
+        FILES: lambda path, sha: _input_change(inp, path, sha, rules.folders) is not None,
         DIRS: lambda directory: bool(rules.added_or_removed.get(directory)),
         KERNELS: lambda kernel, digest: inp.head_kernels.get(kernel, "missing") != digest,
         DYNAMIC: lambda path: path in by_string,
