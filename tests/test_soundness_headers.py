@@ -65,6 +65,13 @@ HEADERS = {
         @register("sizes")
         class Sizes:
             SMALL = 4
+
+
+        class Mode(enum.Enum):
+            FAST = 1
+
+
+        register("mode")(Mode)
     ''',
     "pk/cli.py": '''
         import inspect
@@ -104,6 +111,10 @@ HEADERS = {
 
         def test_sizes():
             assert OPTIMIZERS["sizes"].SMALL == 4
+
+
+        def test_mode():
+            assert OPTIMIZERS["mode"](1).name == "FAST"
     ''',
     "tests/test_cli.py": '''
         from pk.cli import defaults, train
@@ -138,6 +149,10 @@ recorded, repo = recorded_once("headers", HEADERS)
      "a decorator may have registered it"),
     ("pk/levels.py", '@register("sizes")', '@register("small")', "tests/test_levels.py::test_sizes",
      "a decorator may have registered it"),
+    # Registered by a call after its definition: the call is a module-level statement that
+    # reads the class.
+    ("pk/levels.py", "FAST = 1", "FAST = 2", "tests/test_levels.py::test_mode",
+     "a module-level statement reads changed name(s) Mode"),
 ])
 def test_a_changed_def_header_selects_who_depends_on_it(repo, path, old, new, victim, why):
     repo.edit(path, old, new)
