@@ -1,10 +1,10 @@
 """Lines a test runs where the line tracer cannot see them. A profiling helper that
 installs its own tracer and ends with `sys.settrace(None)` leaves coverage.py's tracer
-gone, for the rest of its test and for every later test; a thread started with `_thread`
-rather than `threading` never gets one. Each case changes a function only the unseen code
-ran, so that its test fails; FastCI must select it (on Python 3.12+, where FastCI records
-with sys.monitoring, the lines are simply seen), and still skip a test that ran nothing of
-it."""
+gone, for the rest of its test and for every later test (in a child process, for the rest
+of the child); a thread started with `_thread` rather than `threading` never gets one.
+Each case changes a function only the unseen code ran, so that its test fails; FastCI must
+select it (on Python 3.12+, where FastCI records with sys.monitoring, the lines are simply
+seen), and still skip a test that ran nothing of it."""
 
 from __future__ import annotations
 
@@ -84,6 +84,19 @@ UNSEEN = {
         def test_half_in_thread():
             assert run_in_thread(half, 8) == 4
     ''',
+    "tests/test_e_child.py": '''
+        import subprocess
+        import sys
+
+        CODE = ("from pk.calc import half, triple; from pk.prof import count_calls; "
+                "count_calls(half, 4); print(triple(2))")
+
+
+        def test_child_profiles_then_triples():
+            out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True,
+                                 check=True).stdout
+            assert out.strip() == "6"
+    ''',
     "tests/test_d_other.py": '''
         def test_other():
             assert 1 + 1 == 2
@@ -98,6 +111,8 @@ recorded, repo = recorded_once("unseen", UNSEEN)
     ("return x * 3", "return x * 4", "tests/test_a_prof.py::test_profiled_then_triple"),
     # ... and a later test, which ran with no tracer at all.
     ("return x * 2", "return x * 5", "tests/test_b_calc.py::test_double"),
+    # ... and in a child process, whose own tracer the helper removed.
+    ("return x * 3", "return x * 4", "tests/test_e_child.py::test_child_profiles_then_triples"),
     # half ran on a raw thread.
     ("return x / 2", "return x / 4", "tests/test_c_bg.py::test_half_in_thread"),
 ])

@@ -43,6 +43,7 @@ import signal
 import sys
 import threading
 from types import ModuleType
+from typing import Any
 
 from fastci.runner.record import compiled, nudge, tracing
 
@@ -94,6 +95,8 @@ class _State:
         self.written = False  # ... and has ended
         self.capture = None  # module calls captured for pruning (`child_capture.py`)
         self.lines = None  # our own line recorder (`lines.SysmonLines`, 3.12+), or None
+        self.tracer = None  # coverage.py's tracer as the main program started (3.11)
+        self.unrecorded: str | None = None  # how that tracer went, if it did
 
     def path(self, suffix: str) -> str:
         return os.path.join(tag_folder(self.folder, self.tag), self.name + suffix)
@@ -260,11 +263,37 @@ class Stowaway:
             pass
 
 
+def _watch_tracer(state: _State) -> None:
+    """Where coverage.py's tracer records this process's lines (3.11), code that calls
+    `sys.settrace` (a profiler, `sys.settrace(None)` in a `finally`) removes it, and what
+    runs after goes unrecorded, unseen. Note the tracer as the main program starts, and look
+    again at exit: from a handler registered now, after coverage.py's own, so that it runs
+    before coverage.py's stops the tracer."""
+    trace: Any = sys.gettrace()
+    if trace is None or state.lines is not None:
+        return  # sys.monitoring records (3.12+), or nothing traces
+    state.tracer = getattr(trace, "__self__", trace)
+    atexit.register(_check_tracer)
+
+
+def _check_tracer() -> None:
+    state = _state
+    if state is None or state.pid != os.getpid() or state.tracer is None or state.saved \
+            or state.unrecorded:
+        return
+    trace: Any = sys.gettrace()
+    if getattr(trace, "__self__", trace) is not state.tracer:
+        state.unrecorded = "sys.settrace replaced the line tracer" if trace is not None \
+            else "sys.settrace(None) removed the line tracer"
+
+
 def finish(event: str = "atexit") -> None:
     """Write this process's evidence, once, whole (renamed into place)."""
     state = _state
     if state is None or state.saved or state.pid != os.getpid():
         return
+    if getattr(_coverage(), "_started", False):
+        _check_tracer()  # `os._exit`: no exit handler ran, and the tracer is as the test left it
     with sigterm_held():
         _finish(state, event)
 
@@ -281,6 +310,8 @@ def _finish(state: _State, event: str) -> None:
     reached: dict = {}
     running = state.lines is not None or cov is not None
     error = None if running or lines is not None else "coverage was not running"
+    if state.unrecorded:  # what ran after went unseen: the parent selects on any change
+        running, lines, error = False, None, f"lines unrecorded: {state.unrecorded}"
     if running:
         try:
             contexts = _lines_by_context(state, cov)
@@ -505,6 +536,7 @@ def _note(state: _State, event: str, args: tuple) -> None:
             cov._auto_save = False  # a pool's SIGTERM and leave a half-written data file
             if state.lines is not None and cov._started:
                 cov.stop()  # ours started first and saw all it did: one recorder is enough
+        _watch_tracer(state)
         return
     if event == "open":
         path = args[0]
