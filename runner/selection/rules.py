@@ -108,7 +108,7 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def _select_all_reasons(inp: SelectionInput, snap: Snapshot) -> list[str]:
+def _select_all_reasons(inp: SelectionInput, snap: Snapshot, folders: _Folders) -> list[str]:
     changes = inp.changes
     reasons = []
     if snap.environment.digest != inp.environment.digest:
@@ -128,7 +128,7 @@ def _select_all_reasons(inp: SelectionInput, snap: Snapshot) -> list[str]:
             is_manifest(c.path) for c in changes.files):
         reasons.append("the dependency lock differs from the one the evidence was recorded "
                        "with")
-    reasons.extend(_session_input_reasons(inp, snap))
+    reasons.extend(_session_input_reasons(inp, snap, folders))
     for path, qualnames in snap.import_time.items():
         for qualname, origins in qualnames.items():
             if SESSION in origins and (path, qualname) in changes.blocks:
@@ -141,11 +141,11 @@ def _select_all_reasons(inp: SelectionInput, snap: Snapshot) -> list[str]:
     return reasons
 
 
-def _session_input_reasons(inp: SelectionInput, snap: Snapshot) -> list[str]:
+def _session_input_reasons(inp: SelectionInput, snap: Snapshot, folders: _Folders
+                           ) -> list[str]:
     """Files read, paths looked for and folders found outside any test (session start, a
     test file's import): whatever changed there reaches every test."""
     out = []
-    folders = _Folders.of(inp)
     for path, sha in sorted(snap.session_files.items()):
         how = _input_change(inp, path, sha, folders)
         if how == "added":
@@ -222,7 +222,7 @@ def _input_change(inp: SelectionInput, path: str, sha: str, folders: _Folders) -
 class _Rules:
     """Per-test rules, with the tree-wide facts they share computed once."""
 
-    def __init__(self, inp: SelectionInput, snap: Snapshot) -> None:
+    def __init__(self, inp: SelectionInput, snap: Snapshot, folders: _Folders) -> None:
         self.inp = inp
         self.exact = set(inp.settings.exact)
         # Import-time work whose result may have changed: its calling statements' names join
@@ -261,7 +261,7 @@ class _Rules:
                                   if not c.path.endswith(".py")
                                   and not inp.settings.ignores(c.path)]
         status = changes.file_status()
-        self.folders = _Folders.of(inp)
+        self.folders = folders
         self.added_or_removed: dict[str, list[str]] = defaultdict(list)
         for path, change in status.items():
             if change.status in ("added", "removed", "renamed"):
@@ -729,8 +729,9 @@ def select(inp: SelectionInput, *, use_index: bool = True) -> Selection:
     if snap is None:
         all_reasons = [inp.no_evidence_reason or "no evidence to select from"]
     else:
-        all_reasons = _select_all_reasons(inp, snap)
-        rules = None if all_reasons else _Rules(inp, snap)
+        folders = _Folders.of(inp)  # the change's, computed once: a walk of the tree at worst
+        all_reasons = _select_all_reasons(inp, snap, folders)
+        rules = None if all_reasons else _Rules(inp, snap, folders)
         index = snap.index if use_index else None
         reached = _reached(inp, rules, index) if index is not None and rules is not None \
             else set()
