@@ -43,9 +43,8 @@ import signal
 import sys
 import threading
 from types import ModuleType
-from typing import Any
 
-from fastci.runner.record import compiled, nudge, tracing
+from fastci.runner.record import compiled, lines, nudge, tracing
 
 ENV_DIR = "FASTCI_CHILD_DIR"
 ENV_TAG = "FASTCI_CHILD_TAG"
@@ -269,10 +268,10 @@ def _watch_tracer(state: _State) -> None:
     runs after goes unrecorded, unseen. Note the tracer as the main program starts, and look
     again at exit: from a handler registered now, after coverage.py's own, so that it runs
     before coverage.py's stops the tracer."""
-    trace: Any = sys.gettrace()
-    if trace is None or state.lines is not None:
+    tracer = lines.current_tracer()
+    if tracer is None or state.lines is not None:
         return  # sys.monitoring records (3.12+), or nothing traces
-    state.tracer = getattr(trace, "__self__", trace)
+    state.tracer = tracer
     atexit.register(_check_tracer)
 
 
@@ -281,10 +280,7 @@ def _check_tracer() -> None:
     if state is None or state.pid != os.getpid() or state.tracer is None or state.saved \
             or state.unrecorded:
         return
-    trace: Any = sys.gettrace()
-    if getattr(trace, "__self__", trace) is not state.tracer:
-        state.unrecorded = "sys.settrace replaced the line tracer" if trace is not None \
-            else "sys.settrace(None) removed the line tracer"
+    state.unrecorded = lines.tracer_gone(state.tracer)
 
 
 def finish(event: str = "atexit") -> None:

@@ -78,6 +78,22 @@ def _free_tool_id() -> int | None:
     return None
 
 
+def current_tracer() -> Any:
+    """This thread's tracer as coverage.py installed it: its C tracer, or the object whose
+    bound method the Python tracer is."""
+    trace: Any = sys.gettrace()
+    return getattr(trace, "__self__", trace)
+
+
+def tracer_gone(tracer: Any) -> str | None:
+    """How this thread lost `tracer` (a test's own `sys.settrace`), or None: it has it."""
+    now = current_tracer()
+    if now is tracer:
+        return None
+    return "sys.settrace replaced the line tracer" if now is not None else \
+        "sys.settrace(None) removed the line tracer"
+
+
 class CoverageLines:
     """coverage.py's C tracer, one dynamic context per test context."""
 
@@ -96,8 +112,7 @@ class CoverageLines:
         self._cov = coverage.Coverage(data_file=None, source=[self.root], branch=False,
                                       config_file=False, omit=self.omit, messages=False)
         self._cov.start()
-        trace: Any = sys.gettrace()
-        self._main = getattr(trace, "__self__", trace)
+        self._main = current_tracer()
 
     def lost(self) -> str | None:
         """How this (the recording's) thread lost its tracer, or None: a test's own
@@ -106,11 +121,7 @@ class CoverageLines:
         outside `threading` never get one (`tracing.py` notes those)."""
         if self._cov is None or self._main is None or self._paused.__dict__.get("depth", 0):
             return None
-        trace: Any = sys.gettrace()
-        if getattr(trace, "__self__", trace) is self._main:
-            return None
-        return "sys.settrace replaced the line tracer" if trace is not None else \
-            "sys.settrace(None) removed the line tracer"
+        return tracer_gone(self._main)
 
     def retrace(self) -> None:
         """Put the tracer back for what runs next."""
