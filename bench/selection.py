@@ -83,31 +83,60 @@ def collect_order(root: Path) -> list[str]:
 
 
 def failing_tests(root: Path, order: list[str], timeout: float) -> tuple[list[str], str]:
-    """The full suite's failing tests, or ("timeout"/"error") status."""
-    with tempfile.NamedTemporaryFile("r", suffix=".txt") as out:
-        env = {**os.environ, "FASTCI_BENCH_FAILURES": out.name,
+    """The full suite's failing tests, or ("timeout"/"error") status. A test that kills the
+    interpreter (a segfault, an abort) fails, and the suite goes on without it: the tests
+    not run yet are run again, until none is left (`failures_plugin.py`); `timeout` bounds
+    each of those runs."""
+    failed: set[str] = set()
+    done: set[str] = set()
+    crashed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        out, only = Path(tmp) / "failures.txt", Path(tmp) / "only.txt"
+        env = {**os.environ, "FASTCI_BENCH_FAILURES": str(out),
                "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-        try:
-            proc = subprocess.run(PYTEST + ["-p", "failures_plugin", f"--rootdir={root}"],
-                                  cwd=root, capture_output=True, text=True, timeout=timeout,
-                                  env=env)
-        except subprocess.TimeoutExpired:
-            return [], "timeout"
-        reported = [line for line in out.read().splitlines() if line]
-    failed = set()
-    for node in reported:
-        if "::" in node:
-            failed.add(node)
-        else:  # a test file that failed to import: all its tests fail
-            failed.update(t for t in order if t.startswith(node + "::"))
-    if proc.returncode not in (0, 1) and not failed:
-        return [], f"pytest exit {proc.returncode}"
-    return sorted(failed), "ok"
+        while True:
+            for stale in (out, Path(f"{out}.progress")):
+                stale.unlink(missing_ok=True)
+            try:
+                proc = subprocess.run(PYTEST + ["-p", "failures_plugin", f"--rootdir={root}"],
+                                      cwd=root, capture_output=True, text=True, env=env,
+                                      timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return [], "timeout"
+            reported = out.read_text().splitlines() if out.exists() else []
+            for node in filter(None, reported):
+                if "::" in node:
+                    failed.add(node)
+                else:  # a test file that failed to import: all its tests fail
+                    failed.update(t for t in order if t.startswith(node + "::"))
+            if proc.returncode in (0, 1):
+                break
+            progress = Path(f"{out}.progress")
+            started, finished = [], set()
+            for line in (progress.read_text().splitlines() if progress.exists() else []):
+                kind, _, node = line.partition(" ")
+                (started.append if kind == "start" else finished.add)(node)
+            dead = [n for n in started if n not in finished]
+            if not dead:  # it died outside any test: no test to blame
+                if failed:
+                    break
+                return [], f"pytest exit {proc.returncode}"
+            failed.update(dead)
+            done.update(finished, dead)
+            crashed += 1
+            left = [t for t in order if t not in done]
+            print(f"    crashed in {dead[0]}; {len(left)} tests left", flush=True)
+            if not left:
+                break
+            only.write_text("".join(t + "\n" for t in left))
+            env["FASTCI_BENCH_ONLY"] = str(only)
+    return sorted(failed), ("ok" if not crashed else f"ok ({crashed} crashed)")
 
 
 def _well_formed(entry: dict) -> bool:
     """Entries cached before node ids were read from the plugin lost what followed a space."""
-    return all(t.count("[") == t.count("]") for t in entry["failing"])
+    return (all(t.count("[") == t.count("]") for t in entry["failing"])
+            and not entry["status"].startswith("pytest exit"))  # from before crashes were run past
 
 
 def apfdc(order: list[str], costs: dict[str, float], failing: set[str]) -> float | None:

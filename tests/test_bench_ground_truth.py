@@ -1,0 +1,59 @@
+"""bench/selection.py's ground truth: a mutant that kills pytest itself (a kernel reading out
+of bounds segfaults) is a killed mutant. The test that crashed fails, and the suite goes on
+past it, so the tests after it count too. Before, such a run counted as no failing test,
+so the benchmark never checked that the crashing tests were selected."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _selection_bench():
+    path = ROOT / "bench" / "selection.py"
+    spec = importlib.util.spec_from_file_location("bench_selection", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SUITE = '''
+import os, signal
+
+def test_before():
+    pass
+
+def test_segfaults():
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+def test_fails_after_the_crash():
+    assert False
+
+def test_aborts():
+    os.abort()
+
+def test_passes_last():
+    pass
+'''
+
+
+def test_a_crashing_test_fails_and_the_suite_goes_on_past_it(tmp_path):
+    bench = _selection_bench()
+    (tmp_path / "test_suite.py").write_text(SUITE)
+    order = bench.collect_order(tmp_path)
+    assert len(order) == 5
+    failing, status = bench.failing_tests(tmp_path, order, timeout=120)
+    assert failing == sorted(["test_suite.py::test_segfaults", "test_suite.py::test_aborts",
+                              "test_suite.py::test_fails_after_the_crash"])
+    assert status == "ok (2 crashed)"
+
+
+def test_a_suite_without_crashes_is_run_once(tmp_path):
+    bench = _selection_bench()
+    (tmp_path / "test_suite.py").write_text("def test_a():\n    assert 1 == 2\n\n"
+                                            "def test_b():\n    pass\n")
+    order = bench.collect_order(tmp_path)
+    assert bench.failing_tests(tmp_path, order, timeout=120) == (["test_suite.py::test_a"], "ok")
