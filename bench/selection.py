@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -84,12 +85,12 @@ def collect_order(root: Path) -> list[str]:
 
 def failing_tests(root: Path, order: list[str], timeout: float) -> tuple[list[str], str]:
     """The full suite's failing tests, or ("timeout"/"error") status. A test that kills the
-    interpreter (a segfault, an abort) fails, and the suite goes on without it: the tests
-    not run yet are run again, until none is left (`failures_plugin.py`); `timeout` bounds
-    each of those runs."""
+    interpreter (a segfault, an abort), or hangs past `timeout` (one rank of a distributed
+    test aborted, the other waits for it), fails, and the suite goes on without it: the
+    tests not run yet are run again, until none is left (`failures_plugin.py`)."""
     failed: set[str] = set()
     done: set[str] = set()
-    crashed = 0
+    crashed = hung = 0
     with tempfile.TemporaryDirectory() as tmp:
         out, only = Path(tmp) / "failures.txt", Path(tmp) / "only.txt"
         env = {**os.environ, "FASTCI_BENCH_FAILURES": str(out),
@@ -97,19 +98,15 @@ def failing_tests(root: Path, order: list[str], timeout: float) -> tuple[list[st
         while True:
             for stale in (out, Path(f"{out}.progress")):
                 stale.unlink(missing_ok=True)
-            try:
-                proc = subprocess.run(PYTEST + ["-p", "failures_plugin", f"--rootdir={root}"],
-                                      cwd=root, capture_output=True, text=True, env=env,
-                                      timeout=timeout)
-            except subprocess.TimeoutExpired:
-                return [], "timeout"
+            returncode = _run_group(PYTEST + ["-p", "failures_plugin", f"--rootdir={root}"],
+                                    root, env, timeout)
             reported = out.read_text().splitlines() if out.exists() else []
             for node in filter(None, reported):
                 if "::" in node:
                     failed.add(node)
                 else:  # a test file that failed to import: all its tests fail
                     failed.update(t for t in order if t.startswith(node + "::"))
-            if proc.returncode in (0, 1):
+            if returncode in (0, 1):
                 break
             progress = Path(f"{out}.progress")
             started, finished = [], set()
@@ -120,17 +117,35 @@ def failing_tests(root: Path, order: list[str], timeout: float) -> tuple[list[st
             if not dead:  # it died outside any test: no test to blame
                 if failed:
                     break
-                return [], f"pytest exit {proc.returncode}"
+                return [], "timeout" if returncode is None else f"pytest exit {returncode}"
             failed.update(dead)
             done.update(finished, dead)
-            crashed += 1
+            if returncode is None:
+                hung += 1
+            else:
+                crashed += 1
             left = [t for t in order if t not in done]
-            print(f"    crashed in {dead[0]}; {len(left)} tests left", flush=True)
+            print(f"    {'hung' if returncode is None else 'crashed'} in {dead[0]}; "
+                  f"{len(left)} tests left", flush=True)
             if not left:
                 break
             only.write_text("".join(t + "\n" for t in left))
             env["FASTCI_BENCH_ONLY"] = str(only)
-    return sorted(failed), ("ok" if not crashed else f"ok ({crashed} crashed)")
+    ended = ", ".join(f"{n} {what}" for n, what in ((crashed, "crashed"), (hung, "hung")) if n)
+    return sorted(failed), f"ok ({ended})" if ended else "ok"
+
+
+def _run_group(command: list[str], cwd: Path, env: dict, timeout: float) -> int | None:
+    """Run pytest in a process group of its own: its return code, or None once it ran past
+    `timeout`, when the whole group is killed (a hung test's child processes too)."""
+    proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return None
 
 
 def _well_formed(entry: dict) -> bool:

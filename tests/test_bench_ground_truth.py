@@ -1,6 +1,7 @@
 """bench/selection.py's ground truth: a mutant that kills pytest itself (a kernel reading out
-of bounds segfaults) is a killed mutant. The test that crashed fails, and the suite goes on
-past it, so the tests after it count too. Before, such a run counted as no failing test,
+of bounds segfaults) or hangs it (one rank aborts, the other waits) is a killed mutant. The
+test that crashed or hung fails, and the suite goes on past it, so the tests after it count
+too. Before, such a run counted as no failing test,
 so the benchmark never checked that the crashing tests were selected."""
 
 from __future__ import annotations
@@ -35,20 +36,25 @@ def test_fails_after_the_crash():
 def test_aborts():
     os.abort()
 
+def test_hangs():
+    import time
+    time.sleep(600)
+
 def test_passes_last():
     pass
 '''
 
 
-def test_a_crashing_test_fails_and_the_suite_goes_on_past_it(tmp_path):
+def test_a_crashing_or_hanging_test_fails_and_the_suite_goes_on_past_it(tmp_path):
     bench = _selection_bench()
     (tmp_path / "test_suite.py").write_text(SUITE)
     order = bench.collect_order(tmp_path)
-    assert len(order) == 5
-    failing, status = bench.failing_tests(tmp_path, order, timeout=120)
+    assert len(order) == 6
+    failing, status = bench.failing_tests(tmp_path, order, timeout=15)
     assert failing == sorted(["test_suite.py::test_segfaults", "test_suite.py::test_aborts",
-                              "test_suite.py::test_fails_after_the_crash"])
-    assert status == "ok (2 crashed)"
+                              "test_suite.py::test_fails_after_the_crash",
+                              "test_suite.py::test_hangs"])
+    assert status == "ok (2 crashed, 1 hung)"
 
 
 def test_a_suite_without_crashes_is_run_once(tmp_path):
