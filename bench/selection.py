@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -83,56 +83,94 @@ def collect_order(root: Path) -> list[str]:
     return [line.strip() for line in out.splitlines() if "::" in line]
 
 
-def failing_tests(root: Path, order: list[str], timeout: float) -> tuple[list[str], str]:
+@dataclass
+class Truth:
+    """A suite's outcome under one mutant."""
+
+    failing: list[str]
+    status: str  # "ok" (with what crashed or hung), "timeout" or "pytest exit <code>"
+    victims: list[str] = field(default_factory=list)
+    """Tests that crashed in the suite but pass alone: an earlier test's out-of-bounds
+    writes corrupted the heap, and the abort came later. Not failing tests of their own."""
+
+
+def failing_tests(root: Path, order: list[str], timeout: float) -> Truth:
     """The full suite's failing tests, or ("timeout"/"error") status. A test that kills the
     interpreter (a segfault, an abort), or hangs past `timeout` (one rank of a distributed
     test aborted, the other waits for it), fails, and the suite goes on without it: the
-    tests not run yet are run again, until none is left (`failures_plugin.py`)."""
+    tests not run yet are run again, until none is left (`failures_plugin.py`). A test
+    that crashed is run again alone: one that passes then is a victim, not a failing test."""
     failed: set[str] = set()
+    victims: list[str] = []
     done: set[str] = set()
     crashed = hung = 0
     with tempfile.TemporaryDirectory() as tmp:
-        out, only = Path(tmp) / "failures.txt", Path(tmp) / "only.txt"
-        env = {**os.environ, "FASTCI_BENCH_FAILURES": str(out),
-               "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+        run = _Run(root, Path(tmp), timeout)
         while True:
-            for stale in (out, Path(f"{out}.progress")):
-                stale.unlink(missing_ok=True)
-            returncode = _run_group(PYTEST + ["-p", "failures_plugin", f"--rootdir={root}"],
-                                    root, env, timeout)
-            reported = out.read_text().splitlines() if out.exists() else []
-            for node in filter(None, reported):
-                if "::" in node:
-                    failed.add(node)
-                else:  # a test file that failed to import: all its tests fail
-                    failed.update(t for t in order if t.startswith(node + "::"))
+            returncode, reported, started, finished = run(
+                [t for t in order if t not in done] if done else None)
+            failed.update(_expand(reported, order))
             if returncode in (0, 1):
                 break
-            progress = Path(f"{out}.progress")
-            started, finished = [], set()
-            for line in (progress.read_text().splitlines() if progress.exists() else []):
-                kind, _, node = line.partition(" ")
-                (started.append if kind == "start" else finished.add)(node)
             dead = [n for n in started if n not in finished]
             if not dead:  # it died outside any test: no test to blame
                 if failed:
                     break
-                return [], "timeout" if returncode is None else f"pytest exit {returncode}"
-            failed.update(dead)
+                return Truth([], "timeout" if returncode is None else f"pytest exit {returncode}")
             done.update(finished, dead)
             if returncode is None:
                 hung += 1
+                failed.update(dead)
+            elif run(dead)[0] in (0, 5):  # passes alone (5: deselected, nothing ran)
+                victims += dead
             else:
                 crashed += 1
+                failed.update(dead)
             left = [t for t in order if t not in done]
             print(f"    {'hung' if returncode is None else 'crashed'} in {dead[0]}; "
                   f"{len(left)} tests left", flush=True)
             if not left:
                 break
-            only.write_text("".join(t + "\n" for t in left))
-            env["FASTCI_BENCH_ONLY"] = str(only)
-    ended = ", ".join(f"{n} {what}" for n, what in ((crashed, "crashed"), (hung, "hung")) if n)
-    return sorted(failed), f"ok ({ended})" if ended else "ok"
+    ended = ", ".join(f"{n} {what}" for n, what in (
+        (crashed, "crashed"), (len(victims), "crashed only after other tests"), (hung, "hung"))
+        if n)
+    return Truth(sorted(failed), f"ok ({ended})" if ended else "ok", sorted(victims))
+
+
+class _Run:
+    """One pytest run of the suite (or of `only` its tests), with the failures plugin."""
+
+    def __init__(self, root: Path, tmp: Path, timeout: float) -> None:
+        self.root, self.timeout = root, timeout
+        self.out, self.only = tmp / "failures.txt", tmp / "only.txt"
+
+    def __call__(self, only: list[str] | None) -> tuple[int | None, list[str], list[str], set]:
+        progress = Path(f"{self.out}.progress")
+        for stale in (self.out, progress):
+            stale.unlink(missing_ok=True)
+        env = {**os.environ, "FASTCI_BENCH_FAILURES": str(self.out),
+               "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+        if only is not None:
+            self.only.write_text("".join(t + "\n" for t in only))
+            env["FASTCI_BENCH_ONLY"] = str(self.only)
+        returncode = _run_group(PYTEST + ["-p", "failures_plugin", f"--rootdir={self.root}"],
+                                self.root, env, self.timeout)
+        reported = self.out.read_text().splitlines() if self.out.exists() else []
+        started, finished = [], set()
+        for line in (progress.read_text().splitlines() if progress.exists() else []):
+            kind, _, node = line.partition(" ")
+            (started.append if kind == "start" else finished.add)(node)
+        return returncode, [r for r in reported if r], started, finished
+
+
+def _expand(reported: list[str], order: list[str]) -> set[str]:
+    out = set()
+    for node in reported:
+        if "::" in node:
+            out.add(node)
+        else:  # a test file that failed to import: all its tests fail
+            out.update(t for t in order if t.startswith(node + "::"))
+    return out
 
 
 def _run_group(command: list[str], cwd: Path, env: dict, timeout: float) -> int | None:
@@ -151,7 +189,8 @@ def _run_group(command: list[str], cwd: Path, env: dict, timeout: float) -> int 
 def _well_formed(entry: dict) -> bool:
     """Entries cached before node ids were read from the plugin lost what followed a space."""
     return (all(t.count("[") == t.count("]") for t in entry["failing"])
-            and not entry["status"].startswith("pytest exit"))  # from before crashes were run past
+            and not entry["status"].startswith("pytest exit")  # from before crashes were run past
+            and ("victims" in entry or "crashed" not in entry["status"]))  # ... and verified
 
 
 def apfdc(order: list[str], costs: dict[str, float], failing: set[str]) -> float | None:
@@ -195,7 +234,8 @@ def main() -> None:
     gt_repo = fresh_copy(work / f"ground-truth-{shard}")
     order = collect_order(gt_repo)
     start = time.perf_counter()
-    base_failing, status = failing_tests(gt_repo, order, timeout=900)
+    pristine = failing_tests(gt_repo, order, timeout=900)
+    base_failing, status = pristine.failing, pristine.status
     suite_seconds = time.perf_counter() - start
     if base_failing or status != "ok":
         sys.exit(f"the pristine suite must pass: {status} {base_failing[:5]}")
@@ -212,9 +252,11 @@ def main() -> None:
             continue
         m.apply(gt_repo)
         t0 = time.perf_counter()
-        failed, status = failing_tests(gt_repo, order, timeout=max(5 * suite_seconds, 120))
+        found = failing_tests(gt_repo, order, timeout=max(5 * suite_seconds, 120))
+        failed, status = found.failing, found.status
         git(gt_repo, "checkout", "-q", "--", m.path)
-        truth[key] = mine[key] = {"id": m.id, "failing": failed, "status": status}
+        truth[key] = mine[key] = {"id": m.id, "failing": failed, "status": status,
+                                  "victims": found.victims}
         truth_file.write_text(json.dumps(mine, indent=1, sort_keys=True))
         print(f"  ground truth {i}/{len(mutants)} {m.id:<40} {len(failed):>3} failing "
               f"({status}, {time.perf_counter() - t0:.0f}s)", flush=True)
