@@ -20,6 +20,8 @@ that many seconds (`budget.py`).
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 import os
 import random
@@ -517,37 +519,74 @@ def _replay_function(saved: dict, root: str) -> tuple[dict, dict]:
     return prints, kept
 
 
-_VALUES = (type(None), bool, int, float, complex, str, bytes, tuple, frozenset)
+_VALUES = (type(None), bool, int, float, complex, str, bytes, frozenset)
+_ELEMENTS = 4096  # a returned container's elements whose identity is compared, at most
+_UNMATCHED = itertools.count()
 
 
 def _identity(out, args, kwargs, fn, module=None) -> str:
     """Which object the call returned, beside its value: an argument itself (or a view of a
-    tensor argument), a module's own parameter or buffer (or a view of one), one of its
-    code's globals (a shared config), or a new one. Equal values compare equal;
-    `get_config() is get_config()` and a view written through do not, so new code that
-    returns a copy where the old returned the shared object (or `x.view(-1)` where it
-    returned `x.flatten().clone()`) differs here. Immutable values have no identity worth
-    comparing."""
-    if isinstance(out, _VALUES):
-        return "a value"
+    tensor argument, or an element of an argument's list or tuple), a module's own
+    parameter or buffer (or a view of one), one of its code's globals (a shared config), or
+    a new one. Equal values compare equal; `get_config() is get_config()` and a view
+    written through do not, so new code that returns a copy where the old returned the
+    shared object (or `x.view(-1)` where it returned `x.flatten().clone()`) differs here.
+    A returned tuple, list, dict or dataclass is described element by element, so a view
+    inside a tuple counts as one too. Immutable scalars have no identity worth comparing."""
     named = [*(f"args[{i}]" for i in range(len(args))), *(f"kwargs[{k!r}]" for k in kwargs)]
     values = [*args, *kwargs.values()]
+    for name, value in list(zip(named, values)):
+        if isinstance(value, (tuple, list)) and len(value) <= _ELEMENTS:
+            named += [f"{name}[{i}]" for i in range(len(value))]
+            values += list(value)
     if module is not None:
         own = module.state_dict(keep_vars=True)
         named += [f"state {name}" for name in own]
         values += list(own.values())
-    for name, value in zip(named, values):
-        if out is value:
-            return name
-    storage = _storage(out)
-    if storage is not None:
-        for name, value in zip(named, values):
-            if _storage(value) == storage:
-                return f"a view of {name}"
-    for name, value in sorted(getattr(fn, "__globals__", {}).items()):
-        if value is out:
-            return f"global {name}"
-    return "a new object"
+    known = list(zip(named, values))
+    storages = [(name, _storage(value)) for name, value in known]
+    shared = sorted(getattr(fn, "__globals__", {}).items())
+    budget = [_ELEMENTS]
+    return _identity_of(out, known, storages, shared, budget)
+
+
+def _identity_of(out, known, storages, shared, budget: list[int], depth: int = 0) -> str:
+    if isinstance(out, _VALUES):
+        return "a value"
+    if not isinstance(out, tuple):  # a tuple is a value: only what it holds has identity
+        for name, value in known:
+            if out is value:
+                return name
+        storage = _storage(out)
+        if storage is not None:
+            for name, theirs in storages:
+                if theirs == storage:
+                    return f"a view of {name}"
+        for name, value in shared:
+            if value is out:
+                return f"global {name}"
+    items = _elements(out)
+    if items is None:
+        return "a new object"
+    budget[0] -= len(items)
+    if depth >= 4 or budget[0] < 0:
+        # Too deep or too wide to compare: a mark no other replay can match, so the call
+        # is never proved unchanged by it (the test stays selected).
+        return f"a container too large to compare ({os.getpid()}:{next(_UNMATCHED)})"
+    inner = ", ".join(f"{key}: {_identity_of(value, known, storages, shared, budget, depth + 1)}"
+                      for key, value in items)
+    return f"a new {type(out).__name__} ({inner})"
+
+
+def _elements(out) -> list[tuple[str, object]] | None:
+    """A container's elements, keyed as a description shows them; None for other objects."""
+    if isinstance(out, (tuple, list)):
+        return [(str(i), value) for i, value in enumerate(out)]
+    if isinstance(out, dict):
+        return [(repr(key), value) for key, value in out.items()]
+    if dataclasses.is_dataclass(out) and not isinstance(out, type):
+        return [(f.name, getattr(out, f.name, None)) for f in dataclasses.fields(out)]
+    return None
 
 
 def _storage(value) -> int | None:
