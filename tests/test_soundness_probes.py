@@ -16,6 +16,7 @@ PROBES = {
     **PACKAGE,
     "pk/train.bin": "abcdefgh",
     "pk/assets/vocab.txt": "a b\n",
+    "pk/legacy.py": "VERSION = 1\n",
     "pk/data.py": '''
         import os
         from pathlib import Path
@@ -39,6 +40,10 @@ PROBES = {
             return os.path.isdir(os.path.join(HERE, "assets"))
 
 
+        def has_legacy():
+            return os.path.isfile(os.path.join(HERE, "legacy.py"))
+
+
         def extra():
             try:
                 with open(os.path.join(HERE, "extra.txt")) as f:
@@ -60,7 +65,7 @@ PROBES = {
             return {k: v for k, v in batch.items() if k in names}
     ''',
     "tests/test_data.py": '''
-        from pk.data import extra, has_assets, has_plugins, mode, n_tokens
+        from pk.data import extra, has_assets, has_legacy, has_plugins, mode, n_tokens
 
 
         def test_tokens():
@@ -81,6 +86,10 @@ PROBES = {
 
         def test_assets():
             assert has_assets()
+
+
+        def test_legacy():
+            assert has_legacy()
     ''',
     "tests/test_columns.py": '''
         from pk.columns import accepted
@@ -101,6 +110,13 @@ PROBES = {
             out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                  check=True).stdout
             assert out.strip() == "default"
+
+
+        def test_child_legacy():
+            code = "from pk.data import has_legacy; print(has_legacy())"
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                 check=True).stdout
+            assert out.strip() == "True"
 
 
         def test_child_assets():
@@ -145,6 +161,12 @@ def probes(repo):
      "found folders no file is in now: pk/assets/"),
     (("pk/assets/vocab.txt", "a b\n", None), "tests/test_child.py::test_child_assets",
      "found folders no file is in now: pk/assets/"),
+    # A Python file the code asked about and never imported or opened (a legacy module
+    # kept for old checkpoints): removing it changes no block the test ran.
+    (("pk/legacy.py", "VERSION = 1\n", None), "tests/test_data.py::test_legacy",
+     "pk/legacy.py"),
+    (("pk/legacy.py", "VERSION = 1\n", None), "tests/test_child.py::test_child_legacy",
+     "pk/legacy.py"),
     # forward's body is unchanged and the test never calls it.
     (("pk/model.py", "mask=None", "attention_mask=None"), "tests/test_columns.py::test_columns",
      "signature"),

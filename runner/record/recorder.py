@@ -322,8 +322,9 @@ class Recorder:
             return
         full = path if path.startswith("/") else os.path.join(os.getcwd(), path)
         if kind == "open" or kind == "probe":
-            if tracing.wants(full, self.root) or \
-                    (kind == "open" and tracing.wants_source(full, self.root)):
+            # A repository Python file counts when the test's code opened it or asked
+            # about it (`os.path.isfile("legacy.py")`), not when an import looked for it.
+            if tracing.wants(full, self.root) or tracing.wants_source(full, self.root):
                 if tracing.is_file(full):
                     self.files[self.context].add(os.path.normpath(full))
                 elif kind == "probe" and tracing.is_dir(full):
