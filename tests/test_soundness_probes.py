@@ -180,3 +180,17 @@ def test_a_probe_selects_who_looked(probes, change, victim, why):
     else:
         probes.edit(path, old, new)
     assert_selects(probes, victim, "tests/test_other.py::test_other", why)
+
+
+def test_a_child_that_never_imported_a_module_is_not_its_reader(probes):
+    # coverage.py lists every file under the child's source folder, the ones no one ran
+    # with no lines: such a file must not count as run. The child that asked about
+    # legacy.py read it; the one that only ran pk.data did not. (A module-level statement
+    # no name resolves selects every test that ran the module.)
+    probes.edit("pk/legacy.py", "VERSION = 1", "VERSION = 1\nfor _ in ():\n    pass")
+    decisions = probes.decisions()
+    legacy = decisions["tests/test_child.py::test_child_legacy"]
+    assert legacy["decision"] == "selected"
+    assert any("read a changed file: pk/legacy.py" in r for r in legacy["reasons"]), legacy
+    assert decisions["tests/test_child.py::test_child_mode"]["decision"] == "skipped", \
+        decisions["tests/test_child.py::test_child_mode"]

@@ -360,12 +360,26 @@ def _lines_by_context(state: _State, cov) -> dict[str, dict[str, set[int]]]:
         if not filename.startswith(prefix):
             continue
         if state.capture is None:
-            out.setdefault("", {})[filename] = set(data.lines(filename) or ())
+            lines = set(data.lines(filename) or ())
+            if lines or not _has_statements(filename):
+                out.setdefault("", {})[filename] = lines
             continue
         for lineno, names in data.contexts_by_lineno(filename).items():
             for context in names:
                 out.setdefault(context, {}).setdefault(filename, set()).add(lineno)
     return out
+
+
+def _has_statements(filename: str) -> bool:
+    """Whether importing the file runs a line. coverage.py lists every file under its
+    source folder, the ones no one imported with no lines: such a file was not run (an
+    empty `__init__.py` was, perhaps, and is kept)."""
+    try:
+        with open(filename, "rb") as fh:
+            text = fh.read()
+    except OSError:
+        return True
+    return any(line.strip() and not line.lstrip().startswith(b"#") for line in text.splitlines())
 
 
 def _write(path: str, obj: dict) -> None:
@@ -563,7 +577,8 @@ def _probed(kind: str, full: str) -> None:
         if kind != "probe" and tracing.may_appear(full, state.root) and \
                 not tracing.lexists(full) and (kind == "absent" or tracing.opened_by_test()):
             state.absent.add(os.path.normpath(full))
-    elif kind == "open" or tracing.wants(full, state.root):
+    elif kind == "open" or tracing.wants(full, state.root) or \
+            tracing.wants_source(full, state.root):  # a repository .py file code asked about
         state.files.add(os.path.normpath(full))
 
 
