@@ -64,6 +64,16 @@ NET = {
                 return x.view(-1), x.sum()
 
 
+        class Result:
+            def __init__(self, flat):
+                self.flat = flat
+
+
+        class Packed(nn.Module):
+            def forward(self, x):
+                return Result(x.view(-1))
+
+
         class Contextual(nn.Module):
             def forward(self, x):
                 return x * MODE["factor"]
@@ -83,8 +93,8 @@ NET = {
     "tests/test_net.py": '''
         import torch
 
-        from net.layers import (MODE, Contextual, Doubling, Flat, Gate, Scale, Secretive, Split,
-                                Stack, double)
+        from net.layers import (MODE, Contextual, Doubling, Flat, Gate, Packed, Scale, Secretive,
+                                Split, Stack, double)
 
 
         def test_scale(monkeypatch):
@@ -149,6 +159,12 @@ NET = {
             assert x[0, 0] == 1.0 and total == 0.0
 
 
+        def test_packed_writes_through():
+            x = torch.zeros(2, 2)
+            Packed()(x).flat[0] = 1.0
+            assert x[0, 0] == 1.0
+
+
         def test_contextual():
             MODE["factor"] = 5.0
             try:
@@ -180,6 +196,7 @@ TRAINS_LONG = "tests/test_net.py::test_stack_trains_long"
 GATE = "tests/test_net.py::test_gate_both_signs"
 FLAT = "tests/test_net.py::test_flat_writes_through"
 SPLIT = "tests/test_net.py::test_split_writes_through"
+PACKED = "tests/test_net.py::test_packed_writes_through"
 CONTEXT = "tests/test_net.py::test_contextual"
 CONTEXT_FREE = "tests/test_net.py::test_doubling_under_a_mode"
 SECRETIVE = "tests/test_net.py::test_secretive"
@@ -255,6 +272,10 @@ KEPT = {
     "a copy for a view in a tuple": (
         SPLIT, "return x.view(-1), x.sum()", "return x.flatten().clone(), x.sum()",
         "Split under the new code differs at out.is", True),
+    # ... and inside a plain output object.
+    "a copy for a view in an output object": (
+        PACKED, "return Result(x.view(-1))", "return Result(x.flatten().clone())",
+        "Packed under the new code differs at out.is", True),
     # The test set a module global the replay cannot see: the capture's digest of the
     # module's globals differs from what a fresh process imports, so the capture is not the
     # call's whole context.

@@ -61,3 +61,43 @@ def test_scalars_and_torch_return_types_are_values_or_new():
     x = torch.tensor([1.0, 3.0])
     assert _of(lambda t: float(t.sum()), x) == "a value"
     assert _of(lambda t: t.max(dim=0), x) == "a new max (0: a new object, 1: a new object)"
+
+
+class Output:
+    """A plain output object, as a model returns one."""
+
+    def __init__(self, hidden, extra):
+        self.hidden, self.extra, self.steps = hidden, extra, 3
+
+
+def test_a_plain_object_is_described_by_its_attributes():
+    x = torch.ones(4)
+    kept = _of(lambda t: Output(t.view(2, 2), SHARED), x)
+    assert kept == "a new Output (hidden: a view of args[0], extra: global SHARED)"
+    assert _of(lambda t: Output(t.view(2, 2).clone(), SHARED), x) != kept
+    assert _of(lambda t: Output(t.reshape(2, 2), SHARED), x) == kept
+
+
+def test_values_are_left_out_and_library_objects_are_not_looked_into():
+    vocab = {chr(65 + i): i for i in range(26)}
+    assert _of(lambda: dict(vocab)) == "a new dict ()"
+    model = torch.nn.Linear(2, 2)
+    optimizer = _of(lambda m: torch.optim.SGD(m.parameters(), lr=0.1), model)
+    assert optimizer == "a new object"
+    assert _of(lambda: torch.nn.Linear(2, 2)) == "a new object"
+
+
+class Node:
+    def __init__(self, parent=None):
+        self.parent, self.children = parent, []
+
+
+def test_a_back_reference_is_described_not_followed():
+    def tree():
+        root = Node()
+        root.children.append(Node(root))
+        return root
+
+    # root -> its children list -> the child, whose parent is the root: three objects up.
+    assert _of(tree) == ("a new Node (children: a new list (0: a new Node (parent: the "
+                         "object 3 up, children: a new list ())))")

@@ -28,6 +28,7 @@ import random
 import sys
 import time
 import traceback
+import types
 from contextlib import contextmanager
 from typing import TypedDict
 
@@ -520,7 +521,8 @@ def _replay_function(saved: dict, root: str) -> tuple[dict, dict]:
 
 
 _VALUES = (type(None), bool, int, float, complex, str, bytes, frozenset)
-_ELEMENTS = 4096  # a returned container's elements whose identity is compared, at most
+_ELEMENTS = 65536  # a returned container's elements whose identity is compared, at most
+_DEPTH = 6  # ... and how deep
 _UNMATCHED = itertools.count()
 
 
@@ -531,8 +533,9 @@ def _identity(out, args, kwargs, fn, module=None) -> str:
     a new one. Equal values compare equal; `get_config() is get_config()` and a view
     written through do not, so new code that returns a copy where the old returned the
     shared object (or `x.view(-1)` where it returned `x.flatten().clone()`) differs here.
-    A returned tuple, list, dict or dataclass is described element by element, so a view
-    inside a tuple counts as one too. Immutable scalars have no identity worth comparing."""
+    A returned tuple, list, dict, dataclass or plain object is described by what it holds,
+    so a view inside a tuple (or kept in an output object's attribute) counts as one too.
+    Immutable scalars have no identity worth comparing."""
     named = [*(f"args[{i}]" for i in range(len(args))), *(f"kwargs[{k!r}]" for k in kwargs)]
     values = [*args, *kwargs.values()]
     for name, value in list(zip(named, values)):
@@ -547,10 +550,12 @@ def _identity(out, args, kwargs, fn, module=None) -> str:
     storages = [(name, _storage(value)) for name, value in known]
     shared = sorted(getattr(fn, "__globals__", {}).items())
     budget = [_ELEMENTS]
-    return _identity_of(out, known, storages, shared, budget)
+    return _identity_of(out, known, storages, shared, budget, [])
 
 
-def _identity_of(out, known, storages, shared, budget: list[int], depth: int = 0) -> str:
+def _identity_of(out, known, storages, shared, budget: list[int], above: list[int]) -> str:
+    """`out` described (`_identity`); `above`: the ids of the objects it was reached
+    through."""
     if isinstance(out, _VALUES):
         return "a value"
     if not isinstance(out, tuple):  # a tuple is a value: only what it holds has identity
@@ -568,25 +573,45 @@ def _identity_of(out, known, storages, shared, budget: list[int], depth: int = 0
     items = _elements(out)
     if items is None:
         return "a new object"
+    if id(out) in above:
+        return f"the object {len(above) - above.index(id(out))} up"  # a back-reference
     budget[0] -= len(items)
-    if depth >= 4 or budget[0] < 0:
+    if len(above) >= _DEPTH or budget[0] < 0:
         # Too deep or too wide to compare: a mark no other replay can match, so the call
         # is never proved unchanged by it (the test stays selected).
         return f"a container too large to compare ({os.getpid()}:{next(_UNMATCHED)})"
-    inner = ", ".join(f"{key}: {_identity_of(value, known, storages, shared, budget, depth + 1)}"
-                      for key, value in items)
+    above.append(id(out))
+    described = [(key, _identity_of(value, known, storages, shared, budget, above))
+                 for key, value in items]
+    above.pop()
+    # Values have no identity (their equality is the value fingerprints' to check): a
+    # tokenizer's vocabulary of ten thousand strings describes as nothing.
+    inner = ", ".join(f"{key}: {what}" for key, what in described if what != "a value")
     return f"a new {type(out).__name__} ({inner})"
 
 
 def _elements(out) -> list[tuple[str, object]] | None:
-    """A container's elements, keyed as a description shows them; None for other objects."""
+    """What an object holds, keyed as a description shows it: a container's elements, a
+    dataclass's fields, a plain object's attributes. None for an object whose identity is
+    its own: a tensor (its storage is compared), a module (its parameters are), a class, a
+    function, or an object of a library written in C."""
     if isinstance(out, (tuple, list)):
         return [(str(i), value) for i, value in enumerate(out)]
     if isinstance(out, dict):
         return [(repr(key), value) for key, value in out.items()]
-    if dataclasses.is_dataclass(out) and not isinstance(out, type):
+    if isinstance(out, type) or callable(out) or isinstance(out, types.ModuleType):
+        return None
+    if dataclasses.is_dataclass(out):
         return [(f.name, getattr(out, f.name, None)) for f in dataclasses.fields(out)]
-    return None
+    attributes = getattr(out, "__dict__", None)
+    if not isinstance(attributes, dict) or _library_type(type(out)):
+        return None
+    return [(name, value) for name, value in attributes.items()]
+
+
+def _library_type(cls: type) -> bool:
+    """torch's and numpy's objects (tensors, optimizers, generators): not looked into."""
+    return cls.__module__.split(".", 1)[0] in ("torch", "numpy", "triton")
 
 
 def _storage(value) -> int | None:
