@@ -53,7 +53,7 @@ def test_a_crashing_or_hanging_test_fails_and_the_suite_goes_on_past_it(tmp_path
     (tmp_path / "test_suite.py").write_text(SUITE)
     order = bench.collect_order(tmp_path)
     assert len(order) == 6
-    truth = bench.failing_tests(tmp_path, order, timeout=15)
+    truth = bench.failing_tests(tmp_path, order, timeout=8)
     assert truth.failing == sorted(["test_suite.py::test_segfaults", "test_suite.py::test_aborts",
                                     "test_suite.py::test_fails_after_the_crash",
                                     "test_suite.py::test_hangs"])
