@@ -118,17 +118,17 @@ def coverage_init(reg, options) -> None:  # noqa: ARG001 (coverage's plugin entr
             pass
 
 
-def begin(tag: str, folder: str, root: str, cov, lines=None) -> None:
+def begin(tag: str, folder: str, root: str, cov, recorder=None) -> None:
     """Start this process's evidence: the start marker first, then the hooks that fill it.
-    `cov` is the Coverage measuring this process and `lines` our own recorder, as `record`
+    `cov` is the Coverage measuring this process and `recorder` our own, as `record`
     started them; both None when coverage's start-up owns this process (the main program has
     yet to start), and then our recorder starts here where it can."""
     global _state
     _state = _State(tag, folder, root, cov)
     _start_reaching(root)
-    if lines is not None:
+    if recorder is not None:
         _state.main_started = True
-        _state.lines = lines
+        _state.lines = recorder
     elif cov is None:
         _state.lines = own_lines(root)
     compiled.start(_on_compiled_entry, _on_compile)
@@ -186,19 +186,19 @@ def own_lines(root: str):
         return None
     from fastci.runner.record.lines import SysmonLines  # noqa: PLC0415 (3.12+ only)
 
-    lines = SysmonLines(root)
+    recorder = SysmonLines(root)
     try:
-        lines.start(late=True)
+        recorder.start(late=True)
     except (RuntimeError, ValueError):
         return None
-    return lines
+    return recorder
 
 
 def record(tag: str, folder: str, root: str, config: str) -> None:
     """Record this process from here on, for `tag` (a fork, a forkserver's child): with our
     own recorder where it runs, else with coverage from the serialized `config`."""
-    lines = own_lines(root)
-    begin(tag, folder, root, None if lines is not None else start_coverage(config), lines)
+    recorder = own_lines(root)
+    begin(tag, folder, root, None if recorder is not None else start_coverage(config), recorder)
 
 
 def start_coverage(config: str):
@@ -301,21 +301,21 @@ def _finish(state: _State, event: str) -> None:
         from coverage.control import process_startup  # noqa: PLC0415
 
         cov = getattr(process_startup, "coverage", None)
-    lines: dict | None = None if state.main_started else {}  # ended in start-up: ran nothing
+    ran: dict | None = None if state.main_started else {}  # ended in start-up: ran nothing
     captured = None
     reached: dict = {}
     running = state.lines is not None or cov is not None
-    error = None if running or lines is not None else "coverage was not running"
+    error = None if running or ran is not None else "coverage was not running"
     if state.unrecorded:  # what ran after went unseen: the parent selects on any change
-        running, lines, error = False, None, f"lines unrecorded: {state.unrecorded}"
+        running, ran, error = False, None, f"lines unrecorded: {state.unrecorded}"
     if running:
         try:
             contexts = _lines_by_context(state, cov)
-            lines = {}
+            merged: dict[str, set[int]] = {}
             for files in contexts.values():
                 for filename, ls in files.items():
-                    lines.setdefault(filename, set()).update(ls)
-            lines = {f: sorted(ls) for f, ls in lines.items()}
+                    merged.setdefault(filename, set()).update(ls)
+            ran = {f: sorted(ls) for f, ls in merged.items()}
             reached = _reached.report() if _reached is not None else {}
             if state.capture is not None:
                 from fastci.runner.record import child_capture  # noqa: PLC0415
@@ -323,23 +323,23 @@ def _finish(state: _State, event: str) -> None:
                 captured = child_capture.report(state.capture, contexts)
             if state.compiled:
                 if compiled.unseen():
-                    lines, error = None, compiled.unseen()  # the parent falls back
+                    ran, error = None, compiled.unseen()  # the parent falls back
                 else:
                     for filename, ls in compiled.traced_lines(compiled.COMPILE).items():
                         if filename.startswith(state.root):
-                            lines[filename] = sorted({*lines.get(filename, ()), *ls})
+                            ran[filename] = sorted({*ran.get(filename, ()), *ls})
         except Exception as exc:
-            lines = None  # no line evidence: the parent falls back, as for a crash
+            ran = None  # no line evidence: the parent falls back, as for a crash
             error = f"{type(exc).__name__}: {exc}"[:300]
     try:
         _write(state.path(".json"), {
             "format": FORMAT, "event": event, "pid": state.pid, "ppid": state.ppid,
-            "tag": state.tag, "argv": _argv(), "lines": lines, "files": sorted(state.files),
+            "tag": state.tag, "argv": _argv(), "lines": ran, "files": sorted(state.files),
             "absent": sorted(state.absent), "folders": sorted(state.folders),
             "kernels": sorted(state.kernels), "ranks": state.ranks,
             "spawned": state.spawned, "compiled": state.compiled, "error": error,
             "reads": reached.get("reads", []), "credited": reached.get("credited", []),
-            "capture": captured if lines is not None else None})
+            "capture": captured if ran is not None else None})
     except OSError:
         pass
     state.written = True
@@ -360,9 +360,9 @@ def _lines_by_context(state: _State, cov) -> dict[str, dict[str, set[int]]]:
         if not filename.startswith(prefix):
             continue
         if state.capture is None:
-            lines = set(data.lines(filename) or ())
-            if lines or not _has_statements(filename):
-                out.setdefault("", {})[filename] = lines
+            ran = set(data.lines(filename) or ())
+            if ran or not _has_statements(filename):
+                out.setdefault("", {})[filename] = ran
             continue
         for lineno, names in data.contexts_by_lineno(filename).items():
             for context in names:
@@ -373,7 +373,8 @@ def _lines_by_context(state: _State, cov) -> dict[str, dict[str, set[int]]]:
 def _has_statements(filename: str) -> bool:
     """Whether importing the file runs a line. coverage.py lists every file under its
     source folder, the ones no one imported with no lines: such a file was not run (an
-    empty `__init__.py` was, perhaps, and is kept)."""
+    empty `__init__.py` was, perhaps, and is kept). The audit hook ignores this open:
+    `_finish` set `state.saved` first, so it never counts as the child's own read."""
     try:
         with open(filename, "rb") as fh:
             text = fh.read()
@@ -607,17 +608,17 @@ def _untraced():
     evidence, and under TRITON_INTERPRET=1 tracing the interpreter made a child's launches
     several times slower."""
     state = _state
-    lines = state.lines if state is not None and state.pid == os.getpid() else None
-    return _lines_paused(lines) if lines is not None else _coverage_paused()
+    recorder = state.lines if state is not None and state.pid == os.getpid() else None
+    return _lines_paused(recorder) if recorder is not None else _coverage_paused()
 
 
 @contextlib.contextmanager
-def _lines_paused(lines):
-    lines.pause()
+def _lines_paused(recorder):
+    recorder.pause()
     try:
         yield
     finally:
-        lines.resume()
+        recorder.resume()
 
 
 @contextlib.contextmanager
