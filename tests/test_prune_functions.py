@@ -87,6 +87,14 @@ LIB = {
 
         def defaults():
             return _DEFAULTS
+
+
+        def window(a):
+            return a[1:]
+
+
+        def flat_state(holder):
+            return holder["w"].view(-1)
     ''',
     "lib/talk.py": '''
         import logging
@@ -173,12 +181,13 @@ LIB = {
         import random
         import warnings
 
+        import numpy
         import torch
 
         from lib.report import max_steps, start_step, write_report
         from lib.sched import (
             _DEFAULTS, SETTINGS, Config, configure, defaults, describe, jitter, loss, lr_at,
-            make_config, noisy, scale_, clip, sign, width,
+            make_config, noisy, scale_, clip, sign, width, window, flat_state,
         )
         from lib.talk import announce, quiet, show
 
@@ -282,6 +291,18 @@ LIB = {
 
         def test_max_steps():
             assert max_steps(1000) == 1000
+
+
+        def test_window_writes_through():
+            a = numpy.zeros(4)
+            window(a)[0] = 1.0
+            assert a[1] == 1.0
+
+
+        def test_flat_state_writes_through():
+            state = {"w": torch.zeros(2, 2)}
+            flat_state(state)[0] = 1.0
+            assert state["w"][0, 0] == 1.0
     ''',
     "tests/test_registry.py": '''
         from lib.sched import lr_at
@@ -303,8 +324,7 @@ def node(name: str, file: str = "test_sched") -> str:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    # 21: the registry's identity test passes too
-    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=23)
+    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=25)
 
 
 @pytest.fixture
@@ -404,6 +424,14 @@ KEPT = {
     # An equal value, but a new object where the test got the shared one.
     "an identity": ("lib/sched.py", "    return _DEFAULTS", "    return dict(_DEFAULTS)",
                     "shared_defaults", "defaults under the new code differs at out.is"),
+    # Equal values, but a copy where the test wrote through a view of a numpy argument ...
+    "a numpy copy for a view": ("lib/sched.py", "return a[1:]", "return a[1:].copy()",
+                                "window_writes_through",
+                                "window under the new code differs at out.is"),
+    # ... or of a tensor an argument holds.
+    "a copy for a view of what an argument holds": (
+        "lib/sched.py", 'return holder["w"].view(-1)', 'return holder["w"].flatten().clone()',
+        "flat_state_writes_through", "flat_state under the new code differs at out.is"),
     # The second call, of the same signature and the same lines, has other values: only
     # they reach the new bound. The first call's replay proves nothing about it; its own
     # does.

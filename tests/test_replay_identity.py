@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 
 from fastci.runner.prune.replay import _ELEMENTS, _identity
@@ -35,7 +36,7 @@ def test_a_list_an_argument_holds_is_named_by_its_place():
     xs = [torch.ones(1), torch.zeros(1)]
     assert _of(lambda v: v, xs) == "args[0]"
     assert _of(lambda v: v[1], xs) == "args[0][1]"
-    assert _of(lambda v: list(v), xs) == "a new list (0: args[0][0], 1: args[0][1])"
+    assert _of(lambda v: list(v), xs) == "a new list ([0]: args[0][0], [1]: args[0][1])"
 
 
 def test_dicts_and_dataclasses_are_described_by_their_fields():
@@ -46,9 +47,9 @@ def test_dicts_and_dataclasses_are_described_by_their_fields():
 
     x = torch.ones(3)
     shared = _of(lambda t: Out(t[:2], SHARED), x)
-    assert shared == "a new Out (hidden: a view of args[0], config: global SHARED)"
+    assert shared == "a new Out (.hidden: a view of args[0], .config: global SHARED)"
     assert _of(lambda t: Out(t[:2], dict(SHARED)), x) != shared
-    assert _of(lambda t: {"h": t}, x) == "a new dict ('h': args[0])"
+    assert _of(lambda t: {"h": t}, x) == "a new dict (['h']: args[0])"
 
 
 def test_a_container_too_large_to_compare_never_matches():
@@ -60,7 +61,7 @@ def test_a_container_too_large_to_compare_never_matches():
 def test_scalars_and_torch_return_types_are_values_or_new():
     x = torch.tensor([1.0, 3.0])
     assert _of(lambda t: float(t.sum()), x) == "a value"
-    assert _of(lambda t: t.max(dim=0), x) == "a new max (0: a new object, 1: a new object)"
+    assert _of(lambda t: t.max(dim=0), x) == "a new max ([0]: a new object, [1]: a new object)"
 
 
 class Output:
@@ -73,18 +74,60 @@ class Output:
 def test_a_plain_object_is_described_by_its_attributes():
     x = torch.ones(4)
     kept = _of(lambda t: Output(t.view(2, 2), SHARED), x)
-    assert kept == "a new Output (hidden: a view of args[0], extra: global SHARED)"
+    assert kept == "a new Output (.hidden: a view of args[0], .extra: global SHARED)"
     assert _of(lambda t: Output(t.view(2, 2).clone(), SHARED), x) != kept
     assert _of(lambda t: Output(t.reshape(2, 2), SHARED), x) == kept
 
 
-def test_values_are_left_out_and_library_objects_are_not_looked_into():
+def test_values_are_left_out_and_modules_are_not_looked_into():
     vocab = {chr(65 + i): i for i in range(26)}
     assert _of(lambda: dict(vocab)) == "a new dict ()"
-    model = torch.nn.Linear(2, 2)
-    optimizer = _of(lambda m: torch.optim.SGD(m.parameters(), lr=0.1), model)
-    assert optimizer == "a new object"
     assert _of(lambda: torch.nn.Linear(2, 2)) == "a new object"
+
+
+def test_torch_objects_written_in_python_are_looked_into():
+    # An optimizer over the model's own parameters is not one over copies of them: a step
+    # of the second leaves the model as it was.
+    model = torch.nn.Linear(2, 2)
+    own = _of(lambda m: torch.optim.SGD(m.parameters(), lr=0.1), model)
+    assert "[0]: args[0].weight, [1]: args[0].bias" in own
+    copies = _of(lambda m: torch.optim.SGD([p.detach().clone() for p in m.parameters()],
+                                           lr=0.1), model)
+    assert copies != own
+    # A dataset over a view of the input, against one over a copy.
+    x = torch.zeros(4, 2)
+    view = _of(lambda t: torch.utils.data.TensorDataset(t[:2]), x)
+    assert "a view of args[0]" in view
+    assert _of(lambda t: torch.utils.data.TensorDataset(t[:2].clone()), x) != view
+
+
+def test_a_numpy_view_differs_from_a_copy():
+    numpy = pytest.importorskip("numpy")
+    a = numpy.zeros(6)
+    view = _of(lambda arr: arr[1:], a)
+    assert view == "a view of args[0]"
+    assert _of(lambda arr: arr[1:].copy(), a) == "a new object"
+    assert _of(lambda arr: arr.reshape(2, 3)[1], a) == view  # a view of a view is one too
+    t = torch.zeros(3)
+    assert _of(lambda x: x.numpy(), t) == "a view of args[0]"  # torch's memory, seen by numpy
+
+
+def test_what_an_argument_holds_is_named_by_its_path():
+    # A view of a tensor kept in an argument's dict or attribute is not a new object.
+    state = {"cache": torch.zeros(4)}
+    assert _of(lambda s: s["cache"][:2], state) == "a view of args[0]['cache']"
+    assert _of(lambda s: s["cache"][:2].clone(), state) == "a new object"
+    holder = Output(torch.zeros(4), None)
+    assert _of(lambda h: h.hidden.view(2, 2), holder) == "a view of args[0].hidden"
+    model = torch.nn.Linear(2, 2)
+    assert _of(lambda m: m.weight.view(-1), model) == "a view of args[0].weight"
+    assert _of(lambda m: m.weight.detach().clone().view(-1), model) == "a new object"
+
+
+def test_a_huge_argument_is_not_walked():
+    ids = list(range(_ELEMENTS * 2))
+    assert _of(lambda v: v, ids) == "args[0]"
+    assert _of(lambda v: v[:10], ids) == "a new list ()"
 
 
 class Node:
@@ -99,5 +142,5 @@ def test_a_back_reference_is_described_not_followed():
         return root
 
     # root -> its children list -> the child, whose parent is the root: three objects up.
-    assert _of(tree) == ("a new Node (children: a new list (0: a new Node (parent: the "
-                         "object 3 up, children: a new list ())))")
+    assert _of(tree) == ("a new Node (.children: a new list ([0]: a new Node (.parent: the "
+                         "object 3 up, .children: a new list ())))")

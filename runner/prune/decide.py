@@ -550,7 +550,7 @@ class _CannotReplay(Exception):
     pass
 
 
-REPLAY_FORMAT = 5
+REPLAY_FORMAT = 6
 """What a replay fingerprints; part of the key of stored replays, so bump it whenever a
 replay records something more (2: `said.files`, 3: a module call's `out.is`, 4: `out.is`
 element by element in a returned container, 5: in a plain object too), and results

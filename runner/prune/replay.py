@@ -527,30 +527,53 @@ _UNMATCHED = itertools.count()
 
 
 def _identity(out, args, kwargs, fn, module=None) -> str:
-    """Which object the call returned, beside its value: an argument itself (or a view of a
-    tensor argument, or an element of an argument's list or tuple), a module's own
-    parameter or buffer (or a view of one), one of its code's globals (a shared config), or
-    a new one. Equal values compare equal; `get_config() is get_config()` and a view
+    """Which object the call returned, beside its value: an argument itself or anything
+    reached through one (an element of its list, tuple or dict, an attribute of a plain
+    object, a parameter of a module), a view of a tensor's or numpy array's memory among
+    those, a module's own parameter or buffer, one of its code's globals (a shared config),
+    or a new one. Equal values compare equal; `get_config() is get_config()` and a view
     written through do not, so new code that returns a copy where the old returned the
-    shared object (or `x.view(-1)` where it returned `x.flatten().clone()`) differs here.
-    A returned tuple, list, dict, dataclass or plain object is described by what it holds,
-    so a view inside a tuple (or kept in an output object's attribute) counts as one too.
-    Immutable scalars have no identity worth comparing."""
-    named = [*(f"args[{i}]" for i in range(len(args))), *(f"kwargs[{k!r}]" for k in kwargs)]
-    values = [*args, *kwargs.values()]
-    for name, value in list(zip(named, values)):
-        if isinstance(value, (tuple, list)) and len(value) <= _ELEMENTS:
-            named += [f"{name}[{i}]" for i in range(len(value))]
-            values += list(value)
-    if module is not None:
-        own = module.state_dict(keep_vars=True)
-        named += [f"state {name}" for name in own]
-        values += list(own.values())
-    known = list(zip(named, values))
-    storages = [(name, _storage(value)) for name, value in known]
-    shared = sorted(getattr(fn, "__globals__", {}).items())
+    shared object (or `x.flatten().clone()` where it returned `x.view(-1)`) differs here.
+    A returned tuple, list, dict, dataclass or plain object (torch's pure-Python ones too,
+    an optimizer, a dataset) is described by what it holds, so a view inside a tuple (or
+    kept in an output object's attribute) counts as one too. Immutable scalars have no
+    identity worth comparing."""
     budget = [_ELEMENTS]
-    return _identity_of(out, known, storages, shared, budget, [])
+    known: list[tuple[str, object]] = []
+    seen: set[int] = set()
+    for i, value in enumerate(args):
+        _reachable(f"args[{i}]", value, known, seen, budget, 0)
+    for key, value in kwargs.items():
+        _reachable(f"kwargs[{key!r}]", value, known, seen, budget, 0)
+    if module is not None:
+        for name, value in module.state_dict(keep_vars=True).items():
+            _reachable(f"state {name}", value, known, seen, budget, _DEPTH)
+    storages = [(name, storage) for name, value in known
+                for storage in [_storage(value)] if storage is not None]
+    shared = sorted(getattr(fn, "__globals__", {}).items())
+    return _identity_of(out, known, storages, shared, [_ELEMENTS], [])
+
+
+def _reachable(name: str, value, known: list, seen: set[int], budget: list[int],
+               depth: int) -> None:
+    """`value` and what it holds, named by the path from the call's arguments, first path
+    first: a returned object that is one of them (or views one's memory) is no new
+    object. Bounded as descriptions are; past the bound, objects go unnamed (they describe
+    as new in every replay alike, as they did before anything was named through them)."""
+    if isinstance(value, _VALUES) or id(value) in seen or budget[0] <= 0:
+        return
+    seen.add(id(value))
+    budget[0] -= 1
+    known.append((name, value))
+    if depth >= _DEPTH or isinstance(value, (tuple, list, dict)) and len(value) > budget[0]:
+        return  # (a list of a million token ids is not walked: nothing in it is named)
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.nn.Module):
+        items = [(f".{key}", v) for key, v in value.state_dict(keep_vars=True).items()]
+    else:
+        items = _elements(value) or []
+    for key, inner in items:
+        _reachable(f"{name}{key}", inner, known, seen, budget, depth + 1)
 
 
 def _identity_of(out, known, storages, shared, budget: list[int], above: list[int]) -> str:
@@ -570,13 +593,14 @@ def _identity_of(out, known, storages, shared, budget: list[int], above: list[in
         for name, value in shared:
             if value is out:
                 return f"global {name}"
-    items = _elements(out)
-    if items is None:
+    wide = isinstance(out, (tuple, list, dict)) and len(out) > budget[0]
+    items = None if wide else _elements(out)
+    if items is None and not wide:
         return "a new object"
     if id(out) in above:
         return f"the object {len(above) - above.index(id(out))} up"  # a back-reference
-    budget[0] -= len(items)
-    if len(above) >= _DEPTH or budget[0] < 0:
+    budget[0] -= len(items) if items is not None else budget[0] + 1
+    if items is None or len(above) >= _DEPTH or budget[0] < 0:
         # Too deep or too wide to compare: a mark no other replay can match, so the call
         # is never proved unchanged by it (the test stays selected).
         return f"a container too large to compare ({os.getpid()}:{next(_UNMATCHED)})"
@@ -591,37 +615,53 @@ def _identity_of(out, known, storages, shared, budget: list[int], above: list[in
 
 
 def _elements(out) -> list[tuple[str, object]] | None:
-    """What an object holds, keyed as a description shows it: a container's elements, a
-    dataclass's fields, a plain object's attributes. None for an object whose identity is
-    its own: a tensor (its storage is compared), a module (its parameters are), a class, a
-    function, or an object of a library written in C."""
+    """What an object holds, keyed as a path shows it: a container's elements (`[0]`,
+    `['key']`), a dataclass's fields and a plain object's attributes (`.name`), torch's
+    pure-Python objects included (an optimizer's parameter groups, a dataset's tensors).
+    None for an object whose identity is its own: a tensor or a numpy array (its memory
+    is compared), a module (its parameters are), a class, a function, or an object
+    written in C."""
     if isinstance(out, (tuple, list)):
-        return [(str(i), value) for i, value in enumerate(out)]
+        return [(f"[{i}]", value) for i, value in enumerate(out)]
     if isinstance(out, dict):
-        return [(repr(key), value) for key, value in out.items()]
-    if isinstance(out, type) or callable(out) or isinstance(out, types.ModuleType):
+        return [(f"[{key!r}]" if isinstance(key, _VALUES) else f"[<{type(key).__name__} {i}>]",
+                 value) for i, (key, value) in enumerate(out.items())]
+    if isinstance(out, type) or callable(out) or isinstance(out, types.ModuleType) \
+            or _storage(out) is not None or _array_type(type(out)):
         return None
     if dataclasses.is_dataclass(out):
-        return [(f.name, getattr(out, f.name, None)) for f in dataclasses.fields(out)]
+        return [(f".{f.name}", getattr(out, f.name, None)) for f in dataclasses.fields(out)]
     attributes = getattr(out, "__dict__", None)
-    if not isinstance(attributes, dict) or _library_type(type(out)):
+    if not isinstance(attributes, dict):
         return None
-    return [(name, value) for name, value in attributes.items()]
+    return [(f".{name}", value) for name, value in attributes.items()]
 
 
-def _library_type(cls: type) -> bool:
-    """torch's and numpy's objects (tensors, optimizers, generators): not looked into."""
-    return cls.__module__.split(".", 1)[0] in ("torch", "numpy", "triton")
+def _array_type(cls: type) -> bool:
+    """A tensor or an array type (meta tensors and numpy scalars have no memory to compare,
+    and nothing inside them to describe)."""
+    return cls.__module__.split(".", 1)[0] in ("torch", "numpy") and any(
+        base.__name__ in ("Tensor", "ndarray", "generic") for base in cls.__mro__)
 
 
 def _storage(value) -> int | None:
+    """The address of the memory a tensor or a numpy array views (its whole storage's, or
+    its outermost array's, so every view of one memory has the same)."""
     torch = sys.modules.get("torch")
-    if torch is None or not isinstance(value, torch.Tensor) or value.device.type == "meta":
-        return None
-    try:
-        return value.untyped_storage().data_ptr() or None
-    except Exception:  # noqa: BLE001 - a tensor subclass without storage: no view to see
-        return None
+    if torch is not None and isinstance(value, torch.Tensor):
+        if value.device.type == "meta":
+            return None
+        try:
+            return value.untyped_storage().data_ptr() or None
+        except Exception:  # noqa: BLE001 - a tensor subclass without storage: no view to see
+            return None
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(value, numpy.ndarray):
+        root = value
+        while isinstance(root.base, numpy.ndarray):
+            root = root.base
+        return root.__array_interface__["data"][0] or None
+    return None
 
 
 def _exact(prefix: str, value) -> dict:
