@@ -189,17 +189,19 @@ def test_what_workers_count_in_redis_is_read_at_scrape_time(werkzeug_service, pr
 
 
 def test_a_worker_times_each_job_by_kind(prefix):
-    from rq import SimpleWorker
     from rq.serializers import JSONSerializer
 
     from fastci.app.queue import FastCIJob
+    from fastci.app.serve import FastCIWorker
 
     redis = redis_or_skip()
     gpu = queue(f"{prefix}-gpu-0", redis)
     gpu.enqueue("fastci.runner.execution.shard.pause", 0)
     Queues(redis, prefix).enqueue(Work("installation", "octo/x", 1, mode="created"), "d-1")
-    worker = SimpleWorker([queue(f"{prefix}-cpu", redis), gpu], connection=redis,
-                          job_class=FastCIJob, serializer=JSONSerializer)
+    # FastCI's worker: RQ's own waited up to a minute for its pubsub thread at the end of
+    # a burst (`FastCIWorker.subscribe`), which made this test take 60 s one run in two.
+    worker = FastCIWorker([queue(f"{prefix}-cpu", redis), gpu], connection=redis,
+                          job_class=FastCIJob, serializer=JSONSerializer, prefix=prefix)
     worker.work(burst=True)
     collector = metrics.RedisCollector(redis, prefix, [])
     families = {f.name: f for f in collector.collect()}
