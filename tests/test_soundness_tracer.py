@@ -97,6 +97,26 @@ UNSEEN = {
                                  check=True).stdout
             assert out.strip() == "6"
     ''',
+    "tests/test_f_fork.py": '''
+        import os
+        import subprocess
+        import sys
+
+        # A fork of a child (a data-loading helper's worker, say) that profiles, then
+        # triples: the fork records with a tracer of its own, which the helper removes.
+        CODE = ("import os; from pk.calc import half, triple; from pk.prof import count_calls\\n"
+                "r, w = os.pipe()\\n"
+                "pid = os.fork()\\n"
+                "if pid == 0:\\n"
+                "    count_calls(half, 4); os.write(w, str(triple(2)).encode()); os._exit(0)\\n"
+                "os.close(w); print(os.read(r, 10).decode()); os.waitpid(pid, 0)\\n")
+
+
+        def test_fork_of_child_profiles_then_triples():
+            out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True,
+                                 check=True).stdout
+            assert out.strip() == "6"
+    ''',
     "tests/test_d_other.py": '''
         def test_other():
             assert 1 + 1 == 2
@@ -113,6 +133,9 @@ recorded, repo = recorded_once("unseen", UNSEEN)
     ("return x * 2", "return x * 5", "tests/test_b_calc.py::test_double"),
     # ... and in a child process, whose own tracer the helper removed.
     ("return x * 3", "return x * 4", "tests/test_e_child.py::test_child_profiles_then_triples"),
+    # ... and in a fork of a child, which started a tracer of its own.
+    ("return x * 3", "return x * 4",
+     "tests/test_f_fork.py::test_fork_of_child_profiles_then_triples"),
     # half ran on a raw thread.
     ("return x / 2", "return x / 4", "tests/test_c_bg.py::test_half_in_thread"),
 ])

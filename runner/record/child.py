@@ -199,6 +199,8 @@ def record(tag: str, folder: str, root: str, config: str) -> None:
     own recorder where it runs, else with coverage from the serialized `config`."""
     recorder = own_lines(root)
     begin(tag, folder, root, None if recorder is not None else start_coverage(config), recorder)
+    if _state is not None and recorder is None:  # the main program ran long ago: no
+        _watch_tracer(_state)  # `cpython.run_*` event will say when to note coverage's tracer
 
 
 def start_coverage(config: str):
