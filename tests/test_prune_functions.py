@@ -95,6 +95,10 @@ LIB = {
 
         def flat_state(holder):
             return holder["w"].view(-1)
+
+
+        def project(x, w):
+            return x @ w
     ''',
     "lib/talk.py": '''
         import logging
@@ -187,7 +191,7 @@ LIB = {
         from lib.report import max_steps, start_step, write_report
         from lib.sched import (
             _DEFAULTS, SETTINGS, Config, configure, defaults, describe, jitter, loss, lr_at,
-            make_config, noisy, scale_, clip, sign, width, window, flat_state,
+            make_config, noisy, scale_, clip, sign, width, window, flat_state, project,
         )
         from lib.talk import announce, quiet, show
 
@@ -299,6 +303,12 @@ LIB = {
             assert a[1] == 1.0
 
 
+        def test_project_under_autocast():
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = project(torch.ones(2, 2), torch.ones(2, 2))
+            assert out.dtype == torch.bfloat16
+
+
         def test_flat_state_writes_through():
             state = {"w": torch.zeros(2, 2)}
             flat_state(state)[0] = 1.0
@@ -324,7 +334,7 @@ def node(name: str, file: str = "test_sched") -> str:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=25)
+    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=26)
 
 
 @pytest.fixture
@@ -349,6 +359,10 @@ PRUNED = {
     # Two calls of one signature (other values): each was captured and is replayed.
     "a function called twice alike": ("lib/sched.py", "t.clamp(max=1.0)", "t.clamp(None, 1.0)",
                                       node("clip")),
+    # A call the test made under autocast, replayed under it: without, the replay of the
+    # evidence's own code returned float32 where the test computed bfloat16.
+    "a call under autocast": ("lib/sched.py", "    return x @ w", "    return torch.matmul(x, w)",
+                              node("project_under_autocast")),
 }
 REGISTRY = node("registry_holds_the_function_itself", "test_registry")
 
@@ -432,6 +446,10 @@ KEPT = {
     "a copy for a view of what an argument holds": (
         "lib/sched.py", 'return holder["w"].view(-1)', 'return holder["w"].flatten().clone()',
         "flat_state_writes_through", "flat_state under the new code differs at out.is"),
+    # The same numbers without autocast; under the test's autocast, another dtype.
+    "autocast turned off": ("lib/sched.py", "    return x @ w",
+                            '    with torch.autocast("cpu", enabled=False):\n        return x @ w',
+                            "project_under_autocast", "project under the new code differs at out"),
     # The second call, of the same signature and the same lines, has other values: only
     # they reach the new bound. The first call's replay proves nothing about it; its own
     # does.

@@ -553,7 +553,8 @@ class _CannotReplay(Exception):
 REPLAY_FORMAT = 6
 """What a replay fingerprints; part of the key of stored replays, so bump it whenever a
 replay records something more (2: `said.files`, 3: a module call's `out.is`, 4: `out.is`
-element by element in a returned container, 5: in a plain object too), and results
+element by element in a returned container, 5: in a plain object too, 6: through what
+the arguments hold, numpy's memory, and under the call's autocast), and results
 stored before are not mixed with new ones (a fingerprint on one side only is a difference:
 its tests would stay kept)."""
 

@@ -29,7 +29,7 @@ import sys
 import time
 import traceback
 import types
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import TypedDict
 
 from fastci.runner.prune.budget import Deadline
@@ -255,8 +255,7 @@ def _replay(path: str, root: str, timing: dict) -> tuple[dict, dict]:
     settings = saved["settings"]
     _restore(saved)
     with _call_environment(saved), _observed() as observed, \
-            _looked_at(root, saved.get("root")) as looked, \
-            torch.set_grad_enabled(settings["grad"]):
+            _looked_at(root, saved.get("root")) as looked, _torch_modes(settings):
         out = module(*args, **kwargs)
     prints = {**observed, **looked, **fingerprints(out, "out"),
               "out.is": {"repr": _identity(out, args, kwargs, type(module).forward, module)},
@@ -313,6 +312,23 @@ def _restore(saved: dict) -> None:
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         numpy.random.seed(UPSTREAM_SEED % 2**32)
+
+
+@contextmanager
+def _torch_modes(settings: dict):
+    """Grad mode and autocast as the test had them at the call: a change only autocast tells
+    apart (a cast, a region with autocast turned off) computes alike without it, and in the
+    test it returns another dtype."""
+    import torch  # noqa: PLC0415
+
+    autocast = settings.get("autocast")
+    if autocast is None:  # captured before autocast's state was: it may have been on
+        raise RuntimeError("the capture does not say whether autocast was on (record again)")
+    with ExitStack() as modes:
+        modes.enter_context(torch.set_grad_enabled(settings["grad"]))
+        for device, dtype in autocast:
+            modes.enter_context(torch.autocast(device, dtype=getattr(torch, dtype.split(".")[-1])))
+        yield
 
 
 @contextmanager
@@ -500,8 +516,7 @@ def _replay_function(saved: dict, root: str) -> tuple[dict, dict]:
     _restore(saved)
     _watch_effects()
     with _call_environment(saved), _effects() as seen, _observed() as observed, \
-            _looked_at(root, saved.get("root")) as looked, \
-            torch.set_grad_enabled(saved["settings"]["grad"]):
+            _looked_at(root, saved.get("root")) as looked, _torch_modes(saved["settings"]):
         out = fn(*args, **kwargs)
     if seen:
         raise RuntimeError(f"the call has an effect a replay cannot compare: {seen[0]}")

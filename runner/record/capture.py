@@ -425,7 +425,8 @@ class ModuleCapture:
                 "settings": {"grad": torch.is_grad_enabled(),
                              "threads": torch.get_num_threads(),
                              "default_dtype": str(torch.get_default_dtype()),
-                             "deterministic": torch.are_deterministic_algorithms_enabled()},
+                             "deterministic": torch.are_deterministic_algorithms_enabled(),
+                             "autocast": [list(pair) for pair in _autocast_state(torch)]},
                 "state": json.dumps(state, separators=(",", ":")),  # see replay._recorded_state
                 "root": str(self.recorder.root),  # paths under it compare as relative
                 **({"environ": self.call_environ} if self.call_environ else {}),
