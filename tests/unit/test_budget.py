@@ -89,7 +89,7 @@ from net.layers import {cls}
 torch.save({{"module": {cls}(), "args": (torch.ones(2),), "kwargs": {{}},
             "rng": torch.get_rng_state(), "cuda_rng": None,
             "settings": {{"grad": True, "threads": 1, "default_dtype": "torch.float32",
-                          "deterministic": False}}}}, "capture.pt")
+                          "deterministic": False, "autocast": []}}}}, "capture.pt")
 '''
 
 LAYERS = '''
