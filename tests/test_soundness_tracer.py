@@ -1,7 +1,8 @@
 """Lines a test runs where the line tracer cannot see them. A profiling helper that
 installs its own tracer and ends with `sys.settrace(None)` leaves coverage.py's tracer
 gone, for the rest of its test and for every later test (in a child process, for the rest
-of the child); a thread started with `_thread` rather than `threading` never gets one.
+of the child); a thread started with `_thread` rather than `threading` never gets one, nor
+does one native code starts (a custom autograd Function's backward there is given one).
 Each case changes a function only the unseen code ran, so that its test fails; FastCI must
 select it (on Python 3.12+, where FastCI records with sys.monitoring, the lines are simply
 seen), and still skip a test that ran nothing of it."""
@@ -117,6 +118,54 @@ UNSEEN = {
                                  check=True).stdout
             assert out.strip() == "6"
     ''',
+    "pk/grad.py": '''
+        import torch
+
+
+        class Square(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return x * x
+
+            @staticmethod
+            def backward(ctx, grad):
+                (x,) = ctx.saved_tensors
+                return 2 * x * grad
+    ''',
+    "pk/native.py": '''
+        import ctypes
+
+
+        def run_on_native_thread(fn):
+            """fn on a thread C code started, as the autograd engine starts its device
+            threads on a GPU: `threading` never sees it, nor gives it a tracer."""
+            out = []
+            callback = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(
+                lambda _: out.append(fn()))
+            libc = ctypes.CDLL(None)
+            thread = ctypes.c_ulong()
+            if libc.pthread_create(ctypes.byref(thread), None, callback, None) != 0:
+                raise OSError("pthread_create failed")
+            libc.pthread_join(thread, None)
+            return out[0]
+    ''',
+    "tests/test_g_native.py": '''
+        import torch
+
+        from pk.grad import Square
+        from pk.native import run_on_native_thread
+
+
+        def test_backward_on_a_native_thread():
+            x = torch.tensor([3.0], requires_grad=True)
+
+            def step():
+                Square.apply(x).sum().backward()
+                return float(x.grad)
+
+            assert run_on_native_thread(step) == 6.0
+    ''',
     "tests/test_d_other.py": '''
         def test_other():
             assert 1 + 1 == 2
@@ -142,3 +191,11 @@ recorded, repo = recorded_once("unseen", UNSEEN)
 def test_lines_the_tracer_missed_select_their_test(repo, old, new, victim):
     repo.edit("pk/calc.py", old, new)
     assert_selects(repo, victim, "tests/test_d_other.py::test_other")
+
+
+def test_a_backward_on_a_thread_native_code_started_selects_its_test(repo):
+    # A custom autograd Function's backward ran on a thread native code started (on a GPU,
+    # the autograd engine's device thread runs it).
+    repo.edit("pk/grad.py", "return 2 * x * grad", "return 3 * x * grad")
+    assert_selects(repo, "tests/test_g_native.py::test_backward_on_a_native_thread",
+                   "tests/test_d_other.py::test_other")

@@ -214,6 +214,32 @@ def trace_raw_threads() -> None:
         _thread.start_new = start_new_thread
 
 
+def trace_autograd_threads(module=None) -> None:  # noqa: ARG001 (`after_import`'s argument)
+    """A backward runs Python (a custom `autograd.Function`'s backward) on whichever thread
+    the autograd engine picks: on a GPU, a device thread the engine started in C++, which
+    `threading`'s hook never reaches, so its lines went unrecorded on Python 3.11. Give that
+    thread the hook as each Python backward starts, as `trace_raw_threads` does for raw
+    threads. Installed once, once torch is imported; with no hook set (sys.monitoring
+    records every thread) it only calls through."""
+    try:
+        from torch.autograd.function import BackwardCFunction  # noqa: PLC0415
+    except ImportError:
+        return
+    original = BackwardCFunction.apply
+    if getattr(original, "fastci_traced", False):
+        return
+
+    def apply(self, *args):
+        hook = getattr(sys.modules.get("threading"), "_trace_hook", None)
+        if hook is not None and sys.gettrace() is None:
+            sys.settrace(hook)
+        return original(self, *args)
+
+    apply.__doc__ = original.__doc__
+    apply.fastci_traced = True  # type: ignore[attr-defined]
+    BackwardCFunction.apply = apply  # type: ignore[method-assign]
+
+
 _SPAWNS = ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.spawn", "os.fork",
            "os.forkpty")
 _PYTHON_LAUNCHERS = ("python", "torchrun", "pytest", "accelerate", "deepspeed")
