@@ -486,7 +486,14 @@ GLOBAL = ("lib/sched.py", 'SETTINGS["level"] = level', 'SETTINGS["level"] = leve
           "configure", "lib.sched.SETTINGS")  # differs after configure(3), or before configure(0)
 
 
-@pytest.mark.parametrize("cases", [KEPT, {"a global assigned": GLOBAL}], ids=["each", "global"])
+# The same line as "a numpy copy for a view": a view of the same memory, elsewhere in it.
+ELSEWHERE = ("lib/sched.py", "return a[1:]", "return a[:-1]", "window_writes_through",
+             "window under the new code differs at out.is")
+
+
+@pytest.mark.parametrize("cases", [KEPT, {"a global assigned": GLOBAL},
+                                   {"a view elsewhere in the same memory": ELSEWHERE}],
+                         ids=["each", "global", "elsewhere"])
 def test_function_changes_pruning_cannot_prove_equal_keep_their_tests(lib, cases):
     """Each change fails its test: a rule that pruned it would let a failure escape."""
     for path, old, new, _, _ in cases.values():

@@ -47,7 +47,8 @@ def test_dicts_and_dataclasses_are_described_by_their_fields():
 
     x = torch.ones(3)
     shared = _of(lambda t: Out(t[:2], SHARED), x)
-    assert shared == "a new Out (.hidden: a view of args[0], .config: global SHARED)"
+    assert shared == ("a new Out (.hidden: a view of args[0] at byte 0 (2,)/(1,), "
+                      ".config: global SHARED)")
     assert _of(lambda t: Out(t[:2], dict(SHARED)), x) != shared
     assert _of(lambda t: {"h": t}, x) == "a new dict (['h']: args[0])"
 
@@ -74,7 +75,8 @@ class Output:
 def test_a_plain_object_is_described_by_its_attributes():
     x = torch.ones(4)
     kept = _of(lambda t: Output(t.view(2, 2), SHARED), x)
-    assert kept == "a new Output (.hidden: a view of args[0], .extra: global SHARED)"
+    assert kept == ("a new Output (.hidden: a view of args[0] at byte 0 (2, 2)/(2, 1), "
+                    ".extra: global SHARED)")
     assert _of(lambda t: Output(t.view(2, 2).clone(), SHARED), x) != kept
     assert _of(lambda t: Output(t.reshape(2, 2), SHARED), x) == kept
 
@@ -105,29 +107,63 @@ def test_a_numpy_view_differs_from_a_copy():
     numpy = pytest.importorskip("numpy")
     a = numpy.zeros(6)
     view = _of(lambda arr: arr[1:], a)
-    assert view == "a view of args[0]"
+    assert view == "a view of args[0] at byte 8 (5,)/(8,)"
     assert _of(lambda arr: arr[1:].copy(), a) == "a new object"
-    assert _of(lambda arr: arr.reshape(2, 3)[1], a) == view  # a view of a view is one too
+    assert _of(lambda arr: arr.reshape(2, 3)[1], a).startswith("a view of args[0] at byte 24")
+    # The same memory, elsewhere in it: equal values, another object to write through.
+    assert _of(lambda arr: arr[:-1], a) != view
     t = torch.zeros(3)
-    assert _of(lambda x: x.numpy(), t) == "a view of args[0]"  # torch's memory, seen by numpy
+    # torch's memory seen by numpy, from an offset too.
+    assert _of(lambda x: x.numpy(), t) == "a view of args[0] at byte 0 (3,)/(4,)"
+    assert _of(lambda x: x[1:].numpy(), t) == "a view of args[0] at byte 4 (2,)/(4,)"
 
 
 def test_what_an_argument_holds_is_named_by_its_path():
     # A view of a tensor kept in an argument's dict or attribute is not a new object.
     state = {"cache": torch.zeros(4)}
-    assert _of(lambda s: s["cache"][:2], state) == "a view of args[0]['cache']"
+    assert _of(lambda s: s["cache"][:2], state) == "a view of args[0]['cache'] at byte 0 (2,)/(1,)"
     assert _of(lambda s: s["cache"][:2].clone(), state) == "a new object"
     holder = Output(torch.zeros(4), None)
-    assert _of(lambda h: h.hidden.view(2, 2), holder) == "a view of args[0].hidden"
+    assert _of(lambda h: h.hidden.view(2, 2), holder).startswith("a view of args[0].hidden ")
     model = torch.nn.Linear(2, 2)
-    assert _of(lambda m: m.weight.view(-1), model) == "a view of args[0].weight"
+    assert _of(lambda m: m.weight.view(-1), model).startswith("a view of args[0].weight ")
+    # A buffer a state dict leaves out (a rotary cache) is named too.
+    model.register_buffer("cache", torch.zeros(4), persistent=False)
+    assert _of(lambda m: m.cache[:2], model).startswith("a view of args[0].cache ")
+    assert _of(lambda m: m.cache[:2].clone(), model) == "a new object"
     assert _of(lambda m: m.weight.detach().clone().view(-1), model) == "a new object"
 
 
-def test_a_huge_argument_is_not_walked():
-    ids = list(range(_ELEMENTS * 2))
+def test_a_huge_argument_is_not_walked_and_nothing_new_is_proved_beside_it():
+    # What it holds is not named, so no returned object is proved new: one of them could
+    # be what the argument holds.
+    ids = [torch.zeros(1) for _ in range(_ELEMENTS * 2)]
     assert _of(lambda v: v, ids) == "args[0]"
-    assert _of(lambda v: v[:10], ids) == "a new list ()"
+    first, second = _of(lambda v: v[5], ids), _of(lambda v: v[5], ids)
+    assert first.startswith("an object the arguments may hold") and first != second
+
+
+def test_later_arguments_are_named_before_the_first_is_walked_deep():
+    # A first argument holding more than the walk's bound leaves the second named.
+    samples = [{"x": torch.zeros(1)} for _ in range(_ELEMENTS)]
+    weight = torch.zeros(4)
+    assert _of(lambda s, w: w[:2], samples, weight).startswith("a view of args[1] ")
+
+
+class Touchy:
+    @property
+    def __dict__(self):
+        raise RuntimeError("no")
+
+
+def test_an_object_that_cannot_be_read_is_never_proved_new():
+    first, second = _of(lambda t: [t], Touchy()), _of(lambda t: [t], Touchy())
+    assert first != second
+
+
+def test_a_frozenset_key_is_no_path():
+    key = frozenset({"a", "b", "c"})
+    assert _of(lambda: {key: torch.zeros(1)}) == "a new dict ([<frozenset 0>]: a new object)"
 
 
 class Node:
