@@ -166,6 +166,24 @@ UNSEEN = {
 
             assert run_on_native_thread(step) == 6.0
     ''',
+    "tests/test_h_fork_exit.py": '''
+        import subprocess
+        import sys
+
+        # A fork of a child that ends as a program does (its exit handlers run), with its
+        # tracer in place: its evidence is whole.
+        CODE = ("import os, sys; from pk.calc import triple\\n"
+                "pid = os.fork()\\n"
+                "if pid == 0:\\n"
+                "    triple(2); sys.exit(0)\\n"
+                "os.waitpid(pid, 0); print(triple(2))\\n")
+
+
+        def test_fork_of_child_exits_normally():
+            out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True,
+                                 check=True).stdout
+            assert out.strip() == "6"
+    ''',
     "tests/test_d_other.py": '''
         def test_other():
             assert 1 + 1 == 2
@@ -199,3 +217,12 @@ def test_a_backward_on_a_thread_native_code_started_selects_its_test(repo):
     repo.edit("pk/grad.py", "return 2 * x * grad", "return 3 * x * grad")
     assert_selects(repo, "tests/test_g_native.py::test_backward_on_a_native_thread",
                    "tests/test_d_other.py::test_other")
+
+
+def test_a_fork_that_exits_normally_keeps_its_evidence(repo):
+    # The fork inherits its parent's exit handler that looks at the tracer; run after the
+    # fork's coverage.py stopped its own, it took the tracer for replaced, and the test
+    # stayed selected on any change.
+    repo.edit("pk/calc.py", "return x / 2", "return x / 4")
+    assert_selects(repo, "tests/test_c_bg.py::test_half_in_thread",
+                   "tests/test_h_fork_exit.py::test_fork_of_child_exits_normally")

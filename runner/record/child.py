@@ -96,6 +96,7 @@ class _State:
         self.lines = None  # our own line recorder (`lines.SysmonLines`, 3.12+), or None
         self.tracer = None  # coverage.py's tracer as the main program started (3.11)
         self.unrecorded: str | None = None  # how that tracer went, if it did
+        self.tracer_checked = False
 
     def path(self, suffix: str) -> str:
         return os.path.join(tag_folder(self.folder, self.tag), self.name + suffix)
@@ -278,10 +279,13 @@ def _watch_tracer(state: _State) -> None:
 
 
 def _check_tracer() -> None:
+    """Once per process: a fork inherits its parent's exit handler too, which runs after
+    the fork's coverage.py has stopped its tracer at exit."""
     state = _state
     if state is None or state.pid != os.getpid() or state.tracer is None or state.saved \
-            or state.unrecorded:
+            or state.unrecorded or state.tracer_checked:
         return
+    state.tracer_checked = True
     state.unrecorded = lines.tracer_gone(state.tracer)
 
 
