@@ -323,8 +323,8 @@ def _torch_modes(settings: dict):
     import torch  # noqa: PLC0415
 
     autocast = settings.get("autocast")
-    if autocast is None:  # captured before autocast's state was: it may have been on
-        raise RuntimeError("the capture does not say whether autocast was on (record again)")
+    if autocast is None:  # captured before autocast's state was, or torch could not say
+        raise RuntimeError("the capture does not say whether autocast was on")
     with ExitStack() as modes:
         modes.enter_context(torch.set_grad_enabled(settings["grad"]))
         for device, dtype in autocast:

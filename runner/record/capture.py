@@ -426,7 +426,7 @@ class ModuleCapture:
                              "threads": torch.get_num_threads(),
                              "default_dtype": str(torch.get_default_dtype()),
                              "deterministic": torch.are_deterministic_algorithms_enabled(),
-                             "autocast": [list(pair) for pair in _autocast_state(torch)]},
+                             "autocast": _autocast_settings(torch)},
                 "state": json.dumps(state, separators=(",", ":")),  # see replay._recorded_state
                 "root": str(self.recorder.root),  # paths under it compare as relative
                 **({"environ": self.call_environ} if self.call_environ else {}),
@@ -503,14 +503,31 @@ def _arguments_signature(args, kwargs) -> tuple | None:
 
 
 def _autocast_state(torch) -> tuple:
+    """The devices with autocast on, with their dtypes; () if torch cannot say (part of a
+    call's signature: `_autocast_settings` is what a replay trusts)."""
+    return tuple(_autocast_settings(torch) or ())
+
+
+def _autocast_settings(torch) -> list[tuple[str, str]] | None:
+    """(device, dtype) for each device with autocast on, as a replay re-enters them; None
+    when this torch cannot tell (the replay then refuses the capture, which may have been
+    made under autocast). torch before 2.4 asks per device in other words."""
     out = []
     for device in ("cpu", "cuda"):
         try:
-            if torch.is_autocast_enabled(device):
-                out.append((device, str(torch.get_autocast_dtype(device))))
-        except (RuntimeError, TypeError, AttributeError):
-            continue
-    return tuple(out)
+            on, dtype = torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
+        except RuntimeError:
+            continue  # a device type this build has no autocast for
+        except (TypeError, AttributeError):
+            try:
+                on, dtype = ((torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype())
+                             if device == "cpu" else
+                             (torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()))
+            except (RuntimeError, TypeError, AttributeError):
+                return None
+        if on:
+            out.append((device, str(dtype)))
+    return out
 
 
 # Set by pytest, coverage and FastCI's own recorder (its hand-over to children, tagged per
