@@ -231,13 +231,20 @@ def trace_autograd_threads(module=None) -> None:  # noqa: ARG001 (`after_import`
 
     def apply(self, *args):
         hook = getattr(sys.modules.get("threading"), "_trace_hook", None)
-        if hook is not None and sys.gettrace() is None:
+        if hook is not None and sys.gettrace() is None and _from_coverage(hook):
             sys.settrace(hook)
         return original(self, *args)
 
     apply.__doc__ = original.__doc__
     apply.fastci_traced = True  # type: ignore[attr-defined]
     BackwardCFunction.apply = apply  # type: ignore[method-assign]
+
+
+def _from_coverage(hook) -> bool:
+    """Whether `threading`'s hook is coverage.py's (which installs its line tracer), not a
+    test's own `threading.settrace` profiler, which must not reach threads it never did."""
+    owner = getattr(hook, "__self__", None)
+    return type(owner).__module__.startswith("coverage.")
 
 
 _SPAWNS = ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.spawn", "os.fork",
