@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-import pytest
+import numpy
 import torch
 
 from fastci.runner.prune.replay import _ELEMENTS, _identity
@@ -104,7 +104,6 @@ def test_torch_objects_written_in_python_are_looked_into():
 
 
 def test_a_numpy_view_differs_from_a_copy():
-    numpy = pytest.importorskip("numpy")
     a = numpy.zeros(6)
     view = _of(lambda arr: arr[1:], a)
     assert view == "a view of args[0] at byte 8 (5,)/(8,)"

@@ -61,6 +61,16 @@ UNSEEN = {
             done.acquire()
             return out[0]
     ''',
+    "pk/child.py": '''
+        import subprocess
+        import sys
+
+
+        def python(code):
+            """What a Python child running `code` printed."""
+            return subprocess.run([sys.executable, "-c", code], capture_output=True,
+                                  text=True, check=True).stdout.strip()
+    ''',
     "tests/test_a_prof.py": '''
         from pk.calc import half, triple
         from pk.prof import count_calls
@@ -86,22 +96,17 @@ UNSEEN = {
             assert run_in_thread(half, 8) == 4
     ''',
     "tests/test_e_child.py": '''
-        import subprocess
-        import sys
+        from pk.child import python
 
         CODE = ("from pk.calc import half, triple; from pk.prof import count_calls; "
                 "count_calls(half, 4); print(triple(2))")
 
 
         def test_child_profiles_then_triples():
-            out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True,
-                                 check=True).stdout
-            assert out.strip() == "6"
+            assert python(CODE) == "6"
     ''',
     "tests/test_f_fork.py": '''
-        import os
-        import subprocess
-        import sys
+        from pk.child import python
 
         # A fork of a child (a data-loading helper's worker, say) that profiles, then
         # triples: the fork records with a tracer of its own, which the helper removes.
@@ -114,9 +119,7 @@ UNSEEN = {
 
 
         def test_fork_of_child_profiles_then_triples():
-            out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True,
-                                 check=True).stdout
-            assert out.strip() == "6"
+            assert python(CODE) == "6"
     ''',
     "pk/grad.py": '''
         import torch
@@ -167,8 +170,7 @@ UNSEEN = {
             assert run_on_native_thread(step) == 6.0
     ''',
     "tests/test_h_fork_exit.py": '''
-        import subprocess
-        import sys
+        from pk.child import python
 
         # A fork of a child that ends as a program does (its exit handlers run), with its
         # tracer in place: its evidence is whole.
@@ -180,9 +182,7 @@ UNSEEN = {
 
 
         def test_fork_of_child_exits_normally():
-            out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True,
-                                 check=True).stdout
-            assert out.strip() == "6"
+            assert python(CODE) == "6"
     ''',
     "tests/test_d_other.py": '''
         def test_other():
