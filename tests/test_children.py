@@ -258,6 +258,101 @@ def test_a_child_without_evidence_keeps_select_on_any_change_and_says_why(projec
     assert "dies" not in explained.split("evidence:", 1)[1]
 
 
+INTERRUPTED = {
+    "pyproject.toml": "[project]\nname = 'ix'\nversion = '0'\n",
+    "ix/__init__.py": "",
+    "ix/work.py": '''
+        def by_forkserver(x):
+            return x + 1
+
+
+        def by_spawn(x):
+            return x + 2
+    ''',
+    # A pool's SIGTERM can land while its worker is already exiting, between any two
+    # bytecodes of the main thread. The child arms it at the first audited event after its
+    # exit began (an import, a file opened): a thread that sleeps takes the signal where the
+    # evidence writer blocks it, and the main thread runs the handler all the same.
+    "ix/sabotage.py": '''
+        import atexit
+        import os
+        import signal
+        import sys
+        import threading
+        import time
+
+        from ix import work
+
+        _armed = []
+
+
+        def _audit(event, args):
+            if _armed == [True]:
+                _armed.append("sent")
+                os.kill(os.getpid(), signal.SIGTERM)
+
+
+        def _arm():
+            threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+            sys.addaudithook(_audit)
+
+
+        def forkserver_child():
+            work.by_forkserver(1)
+            _arm()
+            real_exit = os._exit
+
+            def exiting(code):
+                _armed.append(True)
+                real_exit(code)
+
+            os._exit = exiting  # the forkserver's child ends with os._exit
+
+
+        def spawn_child():
+            work.by_spawn(1)
+            _arm()
+            atexit.register(_armed.append, True)  # runs before the recording's exit handler
+    ''',
+    "tests/test_interrupted.py": '''
+        import multiprocessing
+
+        from ix import sabotage
+
+
+        def test_forkserver_exit():
+            p = multiprocessing.get_context("forkserver").Process(
+                target=sabotage.forkserver_child)
+            p.start()
+            p.join()
+
+
+        def test_spawn_exit():
+            p = multiprocessing.get_context("spawn").Process(target=sabotage.spawn_child)
+            p.start()
+            p.join()
+    ''',
+}
+
+
+def test_a_sigterm_that_lands_while_a_child_exits_keeps_its_evidence(project):
+    """A forkserver pool's worker got its SIGTERM as it began to exit: the handler's own
+    import of a module the interrupted exit was importing failed, and the worker died with
+    no evidence (its test then selected on any change, two CI runs in four); a SIGTERM that
+    reached the handler while the evidence was written ended the process half-way."""
+    project.write(INTERRUPTED)
+    project.commit()
+    project.record()
+    for function, test, line in (("by_forkserver", "test_forkserver_exit", 2),
+                                 ("by_spawn", "test_spawn_exit", 6)):
+        project.edit("ix/work.py", f"def {function}(x):\n    return x",
+                     f"def {function}(x):\n    return -x")
+        chosen = {t["id"]: t["reasons"] for t in project.select()["tests"]
+                  if t["decision"] == "selected"}
+        assert chosen == {f"tests/test_interrupted.py::{test}": [
+            f"executed changed code: ix/work.py::{function} (modified: line {line} changed)"]}
+        project.git("checkout", "ix/work.py")
+
 def test_partial_or_missing_evidence_files_merge_nothing(tmp_path):
     """The parent's reading of a context's folder, on files as children leave them."""
     children = Children(str(tmp_path), [], lambda: None)

@@ -90,6 +90,7 @@ class _State:
         self.spawned = 0
         self.compiled = False  # entered torch.compile'd code
         self.saved = False  # finish has begun (it runs once)
+        self.terminated = False  # SIGTERM came while finish ran: it ends the process after
         self.main_started = cov is not None  # the interpreter's start-up is over
         self.written = False  # ... and has ended
         self.capture = None  # module calls captured for pruning (`child_capture.py`)
@@ -290,7 +291,8 @@ def _check_tracer() -> None:
 
 
 def finish(event: str = "atexit") -> None:
-    """Write this process's evidence, once, whole (renamed into place)."""
+    """Write this process's evidence, once, whole (renamed into place). A SIGTERM that
+    lands meanwhile waits for the evidence, then ends the process (`_on_sigterm`)."""
     state = _state
     if state is None or state.saved or state.pid != os.getpid():
         return
@@ -298,15 +300,15 @@ def finish(event: str = "atexit") -> None:
         _check_tracer()  # `os._exit`: no exit handler ran, and the tracer is as the test left it
     with sigterm_held():
         _finish(state, event)
+    if state.terminated:
+        _end_by_sigterm()
 
 
 def _finish(state: _State, event: str) -> None:
     state.saved = True
     cov = state.cov
     if cov is None:
-        from coverage.control import process_startup  # noqa: PLC0415
-
-        cov = getattr(process_startup, "coverage", None)
+        cov = _startup_coverage()
     ran: dict | None = None if state.main_started else {}  # ended in start-up: ran nothing
     captured = None
     reached: dict = {}
@@ -443,9 +445,16 @@ def _coverage():
         return None
     if state.cov is not None:
         return state.cov
-    from coverage.control import process_startup  # noqa: PLC0415 (already imported)
+    return _startup_coverage()
 
-    return getattr(process_startup, "coverage", None)
+
+def _startup_coverage():
+    """The Coverage that coverage.py's start-up began in this process, or None. Never
+    imports coverage: at exit a SIGTERM handler can interrupt an import, and its own import
+    of the same module then met a half-initialised one, raised, and lost the evidence (a
+    forkserver's pool worker, whose server starts without coverage)."""
+    control = sys.modules.get("coverage.control")
+    return getattr(getattr(control, "process_startup", None), "coverage", None)
 
 
 def _recorded(pid: int) -> bool:
@@ -465,10 +474,21 @@ def _install_sigterm() -> None:
 
 def _on_sigterm(signum, frame) -> None:  # noqa: ARG001
     """Write the evidence (once), then end as SIGTERM would have: a handler that returned
-    instead left a pool worker waiting on its queue's lock forever."""
+    instead left a pool worker waiting on its queue's lock forever. Python runs this handler
+    between any two bytecodes of the main thread, also inside a `finish` already under way
+    (exit began as the pool sent SIGTERM; another thread took the signal `sigterm_held`
+    blocks): that finish writes the evidence, and then ends the process."""
     state = _state
-    if not (state is not None and state.pid == os.getpid() and state.saved):
+    if state is not None and state.pid == os.getpid() and state.saved and not state.written:
+        state.terminated = True
+        return
+    try:
         finish("sigterm")
+    finally:
+        _end_by_sigterm()
+
+
+def _end_by_sigterm() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
 
@@ -547,9 +567,7 @@ def _audit(event: str, args: tuple) -> None:
 def _note(state: _State, event: str, args: tuple) -> None:
     if event.startswith("cpython.run_"):  # the main program starts: start-up is over
         state.main_started = True
-        from coverage.control import process_startup  # noqa: PLC0415 (already imported)
-
-        cov = getattr(process_startup, "coverage", None)
+        cov = _startup_coverage()
         if cov is not None:  # only `finish` saves: coverage's own atexit save could race
             cov._auto_save = False  # a pool's SIGTERM and leave a half-written data file
             if state.lines is not None and cov._started:
