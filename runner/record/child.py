@@ -298,10 +298,13 @@ def finish(event: str = "atexit") -> None:
         return
     if getattr(_coverage(), "_started", False):
         _check_tracer()  # `os._exit`: no exit handler ran, and the tracer is as the test left it
-    with sigterm_held():
-        _finish(state, event)
-    if state.terminated:
-        _end_by_sigterm()
+    try:
+        with sigterm_held():
+            _finish(state, event)
+    finally:
+        state.written = True
+        if state.terminated:
+            _end_by_sigterm()
 
 
 def _finish(state: _State, event: str) -> None:
@@ -350,7 +353,6 @@ def _finish(state: _State, event: str) -> None:
             "capture": captured if ran is not None else None})
     except OSError:
         pass
-    state.written = True
 
 
 def _lines_by_context(state: _State, cov) -> dict[str, dict[str, set[int]]]:
