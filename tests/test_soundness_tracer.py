@@ -169,6 +169,122 @@ UNSEEN = {
 
             assert run_on_native_thread(step) == 6.0
     ''',
+    "pk/gradhooks.py": '''
+        CALLS = []
+
+
+        def halve(grad):
+            return grad / 2
+
+
+        def after_accumulate(param):
+            param.grad.mul_(3)
+
+
+        def scale_input_grad(module, grad_input, grad_output):
+            return tuple(g * 5 for g in grad_input)
+
+
+        def scale_output_grad(module, grad_output):
+            return tuple(g * 7 for g in grad_output)
+
+
+        def legacy(module, grad_input, grad_output):
+            CALLS.append("legacy")
+
+
+        def note_grads(grads):
+            CALLS.append(len(grads))
+
+
+        def pack(x):
+            return x
+
+
+        def unpack(x):
+            return x * 1
+    ''',
+    # The hooks a backward calls run where the backward runs: on a GPU, on the engine's
+    # device thread, which native code started. Each hook's body runs only there.
+    "tests/test_i_hooks.py": '''
+        import torch
+        import torch.autograd.graph as graph
+
+        from pk import gradhooks
+        from pk.native import run_on_native_thread
+
+
+        def backward(x, loss):
+            def step():
+                loss().sum().backward()
+                return float(x.grad)
+
+            return run_on_native_thread(step)
+
+
+        def leaf():
+            return torch.tensor([3.0], requires_grad=True)
+
+
+        def linear():
+            lin = torch.nn.Linear(1, 1, bias=False)
+            with torch.no_grad():
+                lin.weight.fill_(1.0)
+            return lin
+
+
+        def test_tensor_hook():
+            x = leaf()
+
+            def loss():
+                y = x * 2
+                y.register_hook(gradhooks.halve)
+                return y
+
+            assert backward(x, loss) == 1.0
+
+
+        def test_post_accumulate_grad_hook():
+            x = leaf()
+            x.register_post_accumulate_grad_hook(gradhooks.after_accumulate)
+            assert backward(x, lambda: x * 2) == 6.0
+
+
+        def test_module_backward_hook():
+            x, lin = leaf(), linear()
+            lin.register_full_backward_hook(gradhooks.scale_input_grad)
+            assert backward(x, lambda: lin(x)) == 5.0
+
+
+        def test_module_backward_pre_hook():
+            x, lin = leaf(), linear()
+            lin.register_full_backward_pre_hook(gradhooks.scale_output_grad)
+            assert backward(x, lambda: lin(x)) == 7.0
+
+
+        def test_legacy_module_backward_hook():
+            x, lin = leaf(), linear()
+            lin.register_backward_hook(gradhooks.legacy)
+            backward(x, lambda: lin(x))
+            assert gradhooks.CALLS[-1] == "legacy"
+
+
+        def test_multi_grad_hook():
+            x, y = leaf(), leaf()
+            graph.register_multi_grad_hook((x, y), gradhooks.note_grads)
+            backward(x, lambda: x * y)
+            assert gradhooks.CALLS[-1] == 2
+
+
+        def test_saved_tensors_unpack_hook():
+            x = leaf()
+
+            def loss():
+                with graph.saved_tensors_hooks(gradhooks.pack, gradhooks.unpack):
+                    return x * x
+
+            assert backward(x, loss) == 6.0
+    ''',
     "tests/test_h_fork_exit.py": '''
         from pk.child import python
 
@@ -217,6 +333,24 @@ def test_a_backward_on_a_thread_native_code_started_selects_its_test(repo):
     repo.edit("pk/grad.py", "return 2 * x * grad", "return 3 * x * grad")
     assert_selects(repo, "tests/test_g_native.py::test_backward_on_a_native_thread",
                    "tests/test_d_other.py::test_other")
+
+
+@pytest.mark.parametrize("old, new, victim", [
+    ("return grad / 2", "return grad / 4", "test_tensor_hook"),
+    ("mul_(3)", "mul_(4)", "test_post_accumulate_grad_hook"),
+    # A module's full backward hooks run after torch's own custom Function's backward.
+    ("g * 5", "g * 6", "test_module_backward_hook"),
+    ("g * 7", "g * 8", "test_module_backward_pre_hook"),
+    ('CALLS.append("legacy")', 'CALLS.append("full")', "test_legacy_module_backward_hook"),
+    ("CALLS.append(len(grads))", "CALLS.append(len(grads) + 1)", "test_multi_grad_hook"),
+    ("return x * 1", "return x * 2", "test_saved_tensors_unpack_hook"),
+])
+def test_a_hook_a_backward_calls_on_a_native_thread_selects_its_test(repo, old, new, victim):
+    # On 3.11 the hook is given the thread's tracer as it starts (tracing.py), so its body's
+    # lines are its test's evidence; before, only a module's hooks were (five of these
+    # seven failed).
+    repo.edit("pk/gradhooks.py", old, new)
+    assert_selects(repo, f"tests/test_i_hooks.py::{victim}", "tests/test_d_other.py::test_other")
 
 
 def test_a_fork_that_exits_normally_keeps_its_evidence(repo):

@@ -215,13 +215,17 @@ def trace_raw_threads() -> None:
 
 
 def trace_autograd_threads(module=None) -> None:  # noqa: ARG001 (`after_import`'s argument)
-    """A backward runs Python (a custom `autograd.Function`'s backward) on whichever thread
-    the autograd engine picks: on a GPU, a device thread the engine started in C++, which
-    `threading`'s hook never reaches, so its lines went unrecorded on Python 3.11. Give that
-    thread the hook as each Python backward starts, as `trace_raw_threads` does for raw
-    threads. Installed once, once torch is imported; with no hook set (sys.monitoring
-    records every thread) it only calls through."""
+    """A backward runs Python on whichever thread the autograd engine picks: on a GPU, a
+    device thread the engine started in C++, which `threading`'s hook never reaches, so its
+    lines went unrecorded on Python 3.11. The Python it runs there: a custom
+    `autograd.Function`'s backward, and the hooks a backward calls (a tensor's
+    `register_hook` and post-accumulate-grad hooks, a module's backward hooks,
+    `register_multi_grad_hook`, a `saved_tensors_hooks` unpack). Each is given the thread's
+    hook as it starts, as `trace_raw_threads` does for raw threads. Installed once, once
+    torch is imported; with no hook set (sys.monitoring records every thread) each only
+    calls through."""
     try:
+        import torch  # noqa: PLC0415
         from torch.autograd.function import BackwardCFunction  # noqa: PLC0415
     except ImportError:
         return
@@ -230,14 +234,86 @@ def trace_autograd_threads(module=None) -> None:  # noqa: ARG001 (`after_import`
         return
 
     def apply(self, *args):
-        hook = getattr(sys.modules.get("threading"), "_trace_hook", None)
-        if hook is not None and sys.gettrace() is None and _from_coverage(hook):
-            sys.settrace(hook)
+        _give_thread_the_hook()
         return original(self, *args)
 
     apply.__doc__ = original.__doc__
-    apply.fastci_traced = True  # type: ignore[attr-defined]
-    BackwardCFunction.apply = apply  # type: ignore[method-assign]
+    BackwardCFunction.apply = _marked(apply)  # type: ignore[method-assign]
+    _trace_backward_hooks(torch)
+
+
+def _trace_backward_hooks(torch) -> None:
+    """Wrap each hook a backward calls where it is handed to torch (the engine calls it from
+    C++, past any Python we could wrap). A module's full backward hooks and pre-hooks need
+    none: torch calls them after its `BackwardHookFunction`'s backward, a custom Function,
+    on the same thread. A registration torch does not offer in Python
+    (`grad_fn.register_hook`, a C method) is not wrapped."""
+    graph = sys.modules.get("torch.autograd.graph")
+    module = sys.modules.get("torch.nn.modules.module")
+    for owner, name, wrap in (
+            (torch.Tensor, "register_hook", _hooks_at(1, "hook")),
+            (torch.Tensor, "register_post_accumulate_grad_hook", _hooks_at(1, "hook")),
+            (graph, "register_multi_grad_hook", _hooks_at(1, "fn")),
+            (getattr(graph, "saved_tensors_hooks", None), "__init__",
+             _hooks_at(1, "pack_hook", 2, "unpack_hook")),
+            (getattr(module, "_WrappedHook", None), "__call__", _hook_itself)):
+        original = getattr(owner, name, None)
+        if original is not None and not getattr(original, "fastci_traced", False):
+            setattr(owner, name, _marked(wrap(original)))
+
+
+def _hooks_at(*where):
+    """For a registration whose hooks are these (position counting self, keyword) pairs."""
+    positions = dict(zip(where[::2], where[1::2]))
+
+    def wrap(registers):
+        @functools.wraps(registers)
+        def registering(*args, **kwargs):
+            args = tuple(_traced_hook(a) if i in positions else a for i, a in enumerate(args))
+            for key in positions.values():
+                if key in kwargs:
+                    kwargs[key] = _traced_hook(kwargs[key])
+            return registers(*args, **kwargs)
+
+        return registering
+
+    return wrap
+
+
+def _hook_itself(call):
+    """A hook object's own `__call__` (`register_backward_hook` registers a `_WrappedHook`
+    on the module's grad_fn, which C++ calls)."""
+    @functools.wraps(call)
+    def __call__(*args, **kwargs):
+        _give_thread_the_hook()
+        return call(*args, **kwargs)
+
+    return __call__
+
+
+def _marked(fn):
+    fn.fastci_traced = True
+    return fn
+
+
+def _traced_hook(hook):
+    if not callable(hook) or getattr(hook, "fastci_traced", False):
+        return hook
+
+    @functools.wraps(hook)
+    def traced(*args, **kwargs):
+        _give_thread_the_hook()
+        return hook(*args, **kwargs)
+
+    return _marked(traced)
+
+
+def _give_thread_the_hook() -> None:
+    """This thread runs Python without a tracer (one native code started): give it
+    coverage.py's, from `threading`'s hook, as `threading` gives its own threads."""
+    hook = getattr(sys.modules.get("threading"), "_trace_hook", None)
+    if hook is not None and sys.gettrace() is None and _from_coverage(hook):
+        sys.settrace(hook)
 
 
 def _from_coverage(hook) -> bool:
