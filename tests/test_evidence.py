@@ -171,12 +171,16 @@ FILES_PROJECT = {
 
         def shards():
             return sorted(os.listdir("shards"))
+
+
+        def overrides():
+            return sorted(n for n in os.listdir(".") if n.endswith(".cfg"))
     ''',
     "data/a.json": '{"value": 1}',
     "data/b.json": '{"value": 2}',
     "shards/0.bin": "x",
     "tests/test_data.py": '''
-        from fp.data import load, shards
+        from fp.data import load, overrides, shards
 
 
         def test_a():
@@ -189,6 +193,10 @@ FILES_PROJECT = {
 
         def test_shards():
             assert shards()[0] == "0.bin"
+
+
+        def test_no_overrides():
+            assert overrides() == []
     ''',
 }
 
@@ -203,6 +211,9 @@ def test_data_files_and_directory_listings_are_evidence(project):
     project.write({"shards/1.bin": "y"})  # a new file where a test listed the directory
     assert project.selected() == {"tests/test_data.py::test_shards"}
     (project.root / "shards" / "1.bin").unlink()
+    project.write({"local.cfg": "x"})  # ... where a test listed the repository's root
+    assert project.selected() == {"tests/test_data.py::test_no_overrides"}
+    (project.root / "local.cfg").unlink()
     (project.root / "data" / "a.json").unlink()
     assert project.selected() == {"tests/test_data.py::test_a"}
 

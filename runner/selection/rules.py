@@ -265,7 +265,8 @@ class _Rules:
         self.added_or_removed: dict[str, list[str]] = defaultdict(list)
         for path, change in status.items():
             if change.status in ("added", "removed", "renamed"):
-                self.added_or_removed[posixpath.dirname(path)].append(path)
+                # by folder as the evidence names it (the root as ".", as relpath does)
+                self.added_or_removed[posixpath.dirname(path) or "."].append(path)
         self.snapshot = snap
         self._lines: dict[str, Mapping[str, tuple[int, ...]]] | None = None  # loaded once
         self._spared: dict[str, list[str]] = {}  # test -> functions it ran, none of the change
@@ -501,7 +502,7 @@ class _Rules:
         for directory in test.dirs:
             entries = self.added_or_removed.get(directory)
             if entries:
-                out.append((f"listed {directory or '.'}/, where files were added or removed "
+                out.append((f"listed {directory}/, where files were added or removed "
                             f"({', '.join(entries[:MAX_EXAMPLES])})", 1))
         return out
 
