@@ -1,4 +1,4 @@
-"""Cache hits and names read by string inside a test's child processes.
+"""Cache hits, names read by string and folders listed inside a test's child processes.
 
 A forked child inherits its parent's filled caches and hooked modules: a hit or a read by
 string there happens in the child's copy of the recorder, so the child must report them. A
@@ -15,6 +15,7 @@ CHILDREN = {
     "pyproject.toml": "[project]\nname = 'pk'\nversion = '0'\n",
     "pk/__init__.py": "",
     "pk/consts.py": "SCALE = 2\nWIDTH = 4\nUNUSED = 0\n",
+    "plugins/a.txt": "a\n",
     "pk/tables.py": '''
         import functools
 
@@ -64,6 +65,7 @@ CHILDREN = {
     ''',
     "tests/test_b.py": '''
         import importlib
+        import os
         import subprocess
         import sys
 
@@ -72,6 +74,7 @@ CHILDREN = {
 
         READ = ("import importlib, sys; "
                 "sys.exit(getattr(importlib.import_module('pk.consts'), 'WIDTH') != 4)")
+        LIST = "import os, sys; sys.exit(os.listdir('plugins') != ['a.txt'])"
 
 
         def test_fork_cache_hit():
@@ -88,6 +91,14 @@ CHILDREN = {
 
         def test_spawn_read_by_string():
             assert subprocess.run([sys.executable, "-c", READ]).returncode == 0
+
+
+        def test_fork_lists_a_folder():
+            assert in_fork(lambda: os.listdir("plugins") == ["a.txt"])
+
+
+        def test_spawn_lists_a_folder():
+            assert subprocess.run([sys.executable, "-c", LIST]).returncode == 0
     ''',
 }
 
@@ -114,3 +125,16 @@ def test_a_child_s_reads_are_exact_by_name(repo):
     selected = repo.selected()
     assert "tests/test_b.py::test_fork_read_by_string" not in selected
     assert "tests/test_b.py::test_fork_cache_hit" not in selected
+
+
+@pytest.mark.parametrize("reader", ["test_fork_lists_a_folder", "test_spawn_lists_a_folder"])
+def test_a_child_that_lists_a_folder_is_selected_when_a_file_is_added_there(repo, reader):
+    """A child's listing is its test's evidence, as the test process's own is: a plugin
+    folder read by a training command's child, one more file in it, and the child fails."""
+    added = repo.root / "plugins" / "b.txt"
+    added.write_text("b\n")
+    try:
+        assert_selects(repo, f"tests/test_b.py::{reader}", "tests/test_a.py::test_unrelated",
+                       "listed plugins/", "tests/test_a.py", "tests/test_b.py")
+    finally:
+        added.unlink()

@@ -85,6 +85,7 @@ class _State:
         self.files: set[str] = set()
         self.absent: set[str] = set()  # paths looked for and not found
         self.folders: set[str] = set()  # folders asked about and found
+        self.listed: set[str] = set()  # folders under the root listed (os.listdir, scandir)
         self.kernels: set[tuple[str, str]] = set()
         self.ranks: list[dict] = []
         self.spawned = 0
@@ -347,6 +348,7 @@ def _finish(state: _State, event: str) -> None:
             "format": FORMAT, "event": event, "pid": state.pid, "ppid": state.ppid,
             "tag": state.tag, "argv": _argv(), "lines": ran, "files": sorted(state.files),
             "absent": sorted(state.absent), "folders": sorted(state.folders),
+            "listed": sorted(state.listed),
             "kernels": sorted(state.kernels), "ranks": state.ranks,
             "spawned": state.spawned, "compiled": state.compiled, "error": error,
             "reads": reached.get("reads", []), "credited": reached.get("credited", []),
@@ -548,7 +550,8 @@ def _after_fork() -> None:
 
 # The audited events `_note` reads. Every other one (torch's import alone raises some 30,000:
 # attribute reads of code objects, `id()`, `exec`, `compile`) returns at the first test.
-_NOTED = frozenset({"open", "subprocess.Popen", "os.posix_spawn", "os.spawn",
+_NOTED = frozenset({"open", "os.listdir", "os.scandir", "subprocess.Popen",
+                    "os.posix_spawn", "os.spawn",
                     "cpython.run_command", "cpython.run_file", "cpython.run_module",
                     "cpython.run_stdin", "cpython.run_startup", "cpython.run_interactivehook"})
 
@@ -588,6 +591,14 @@ def _note(state: _State, event: str, args: tuple) -> None:
         full = path if path.startswith("/") else os.path.join(os.getcwd(), path)
         if tracing.wants(full, state.root) or tracing.wants_source(full, state.root):
             _probed("open", full)
+    elif event in ("os.listdir", "os.scandir"):  # a folder's files: one added changes them
+        path = args[0] if args else None
+        if isinstance(path, int):
+            return  # a file descriptor: unseen, as in the test's own process
+        path = "." if path is None else os.fsdecode(path)
+        full = os.path.normpath(os.path.join(os.getcwd(), path))
+        if full == state.root or full.startswith(state.root + os.sep):
+            state.listed.add(full)
     elif event in ("subprocess.Popen", "os.posix_spawn", "os.spawn"):
         if tracing._describe_spawn(event, args):
             state.spawned += 1

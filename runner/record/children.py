@@ -41,6 +41,7 @@ class ChildEvidence:
     files: set[str] = field(default_factory=set)
     absent: set[str] = field(default_factory=set)  # paths looked for and not found
     folders: set[str] = field(default_factory=set)  # folders asked about and found
+    listed: set[str] = field(default_factory=set)  # folders listed
     kernels: set[tuple[str, str]] = field(default_factory=set)
     ranks: list[dict] = field(default_factory=list)
     processes: list[str] = field(default_factory=list)  # "pid: argv" of each child merged
@@ -183,6 +184,7 @@ class Children:
             merged.files.update(report.get("files", ()))
             merged.absent.update(report.get("absent", ()))
             merged.folders.update(report.get("folders", ()))
+            merged.listed.update(report.get("listed", ()))
             merged.kernels.update(tuple(k) for k in report.get("kernels", ()))
             merged.reads.update(tuple(r) for r in report.get("reads", ()))
             merged.credited.update(tuple(c) for c in report.get("credited", ()))

@@ -572,6 +572,7 @@ class Recorder:
                                 if tracing.wants(f, self.root) or f.endswith(".py")}
             self.absent[tag] |= {f for f in evidence.absent if tracing.may_appear(f, self.root)}
             self.folders[tag] |= {f for f in evidence.folders if tracing.wants(f, self.root)}
+            self.dirs[tag] |= {d for d in evidence.listed if d.startswith(self.root)}
             self.kernels[tag] |= {(os.path.relpath(f, self.root), q)
                                   for f, q in evidence.kernels}
             for into, pairs in ((self.child_reads, evidence.reads),
