@@ -223,40 +223,28 @@ def trace_autograd_threads(module=None) -> None:  # noqa: ARG001 (`after_import`
     `register_multi_grad_hook`, a `saved_tensors_hooks` unpack). Each is given the thread's
     hook as it starts, as `trace_raw_threads` does for raw threads. Installed once, once
     torch is imported; with no hook set (sys.monitoring records every thread) each only
-    calls through."""
+    calls through.
+
+    Each hook is wrapped where it is handed to torch (the engine calls it from C++, past any
+    Python we could wrap). A module's full backward hooks and pre-hooks need none: torch
+    calls them after its `BackwardHookFunction`'s backward, a custom Function, on the same
+    thread. A registration torch does not offer in Python (`grad_fn.register_hook`, a C
+    method) is not wrapped."""
     try:
         import torch  # noqa: PLC0415
         from torch.autograd.function import BackwardCFunction  # noqa: PLC0415
     except ImportError:
         return
-    original = BackwardCFunction.apply
-    if getattr(original, "fastci_traced", False):
-        return
-
-    def apply(self, *args):
-        _give_thread_the_hook()
-        return original(self, *args)
-
-    apply.__doc__ = original.__doc__
-    BackwardCFunction.apply = _marked(apply)  # type: ignore[method-assign]
-    _trace_backward_hooks(torch)
-
-
-def _trace_backward_hooks(torch) -> None:
-    """Wrap each hook a backward calls where it is handed to torch (the engine calls it from
-    C++, past any Python we could wrap). A module's full backward hooks and pre-hooks need
-    none: torch calls them after its `BackwardHookFunction`'s backward, a custom Function,
-    on the same thread. A registration torch does not offer in Python
-    (`grad_fn.register_hook`, a C method) is not wrapped."""
     graph = sys.modules.get("torch.autograd.graph")
     module = sys.modules.get("torch.nn.modules.module")
     for owner, name, wrap in (
+            (BackwardCFunction, "apply", _traced_hook),
             (torch.Tensor, "register_hook", _hooks_at(1, "hook")),
             (torch.Tensor, "register_post_accumulate_grad_hook", _hooks_at(1, "hook")),
             (graph, "register_multi_grad_hook", _hooks_at(1, "fn")),
             (getattr(graph, "saved_tensors_hooks", None), "__init__",
              _hooks_at(1, "pack_hook", 2, "unpack_hook")),
-            (getattr(module, "_WrappedHook", None), "__call__", _hook_itself)):
+            (getattr(module, "_WrappedHook", None), "__call__", _traced_hook)):
         original = getattr(owner, name, None)
         if original is not None and not getattr(original, "fastci_traced", False):
             setattr(owner, name, _marked(wrap(original)))
@@ -280,23 +268,13 @@ def _hooks_at(*where):
     return wrap
 
 
-def _hook_itself(call):
-    """A hook object's own `__call__` (`register_backward_hook` registers a `_WrappedHook`
-    on the module's grad_fn, which C++ calls)."""
-    @functools.wraps(call)
-    def __call__(*args, **kwargs):
-        _give_thread_the_hook()
-        return call(*args, **kwargs)
-
-    return __call__
-
-
 def _marked(fn):
     fn.fastci_traced = True
     return fn
 
 
 def _traced_hook(hook):
+    """`hook`, giving the thread it runs on the tracer first (also a method, `self` first)."""
     if not callable(hook) or getattr(hook, "fastci_traced", False):
         return hook
 
