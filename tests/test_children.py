@@ -168,9 +168,11 @@ WAYS = {  # the function each test's child, and only its child, runs
 }
 
 
-def _change(project, function: str) -> None:
-    project.edit("sp/work.py", f"def {function}(x):\n    return x",
-                 f"def {function}(x):\n    return -x")
+def _change(project, function: str, path: str = "sp/work.py") -> dict[str, list[str]]:
+    """Negate what `function` returns; the selected tests, with their reasons."""
+    project.edit(path, f"def {function}(x):\n    return x", f"def {function}(x):\n    return -x")
+    return {t["id"]: t["reasons"] for t in project.select()["tests"]
+            if t["decision"] == "selected"}
 
 
 def test_every_way_of_starting_a_python_child_records_for_its_test(project):
@@ -178,9 +180,7 @@ def test_every_way_of_starting_a_python_child_records_for_its_test(project):
     project.commit()
     project.record()
     for function, test in WAYS.items():
-        _change(project, function)
-        chosen = {t["id"]: t["reasons"] for t in project.select()["tests"]
-                  if t["decision"] == "selected"}
+        chosen = _change(project, function)
         assert set(chosen) == {f"tests/test_processes.py::{test}"}, (function, chosen)
         project.git("checkout", "sp/work.py")
     explained = project.fastci("explain", "tests/test_processes.py::test_spawn_pool").stdout
@@ -345,10 +345,7 @@ def test_a_sigterm_that_lands_while_a_child_exits_keeps_its_evidence(project):
     project.record()
     for function, test, line in (("by_forkserver", "test_forkserver_exit", 2),
                                  ("by_spawn", "test_spawn_exit", 6)):
-        project.edit("ix/work.py", f"def {function}(x):\n    return x",
-                     f"def {function}(x):\n    return -x")
-        chosen = {t["id"]: t["reasons"] for t in project.select()["tests"]
-                  if t["decision"] == "selected"}
+        chosen = _change(project, function, "ix/work.py")
         assert chosen == {f"tests/test_interrupted.py::{test}": [
             f"executed changed code: ix/work.py::{function} (modified: line {line} changed)"]}
         project.git("checkout", "ix/work.py")
