@@ -579,46 +579,25 @@ def _note(state: _State, event: str, args: tuple) -> None:
                 cov.stop()  # ours started first and saw all it did: one recorder is enough
         _watch_tracer(state)
         return
-    if event == "open":
-        path = args[0]
-        mode = args[1] if len(args) > 1 else None
-        if isinstance(path, int) or path is None:
-            return
-        if isinstance(mode, str) and ("w" in mode or "a" in mode or "x" in mode) \
-                and "+" not in mode:
-            return
-        path = os.fsdecode(path)
-        full = path if path.startswith("/") else os.path.join(os.getcwd(), path)
-        if tracing.wants(full, state.root) or tracing.wants_source(full, state.root):
-            _probed("open", full)
-    elif event in ("os.listdir", "os.scandir"):  # a folder's files: one added changes them
-        path = args[0] if args else None
-        if isinstance(path, int):
-            return  # a file descriptor: unseen, as in the test's own process
-        path = "." if path is None else os.fsdecode(path)
-        full = os.path.normpath(os.path.join(os.getcwd(), path))
-        if full == state.root or full.startswith(state.root + os.sep):
-            state.listed.add(full)
-    elif event in ("subprocess.Popen", "os.posix_spawn", "os.spawn"):
+    if event in ("subprocess.Popen", "os.posix_spawn", "os.spawn"):
         if tracing._describe_spawn(event, args):
             state.spawned += 1
+        return
+    seen = tracing.file_event(event, args)
+    if seen is not None:
+        _probed(*seen)
 
 
-def _probed(kind: str, full: str) -> None:
-    """A file opened or asked about (`tracing.probe_files`), as the recorder notes it."""
+def _probed(kind: str, path: str) -> None:
+    """A file opened, asked about (`tracing.probe_files`) or listed: noted as the recorder
+    notes it (`tracing.evidence_of`)."""
     state = _state
     if state is None or state.pid != os.getpid():
         return
-    if kind == "probe" and tracing.is_dir(full):
-        if tracing.wants(full, state.root):
-            state.folders.add(os.path.normpath(full))
-    elif kind == "absent" or not tracing.is_file(full):
-        if kind != "probe" and tracing.may_appear(full, state.root) and \
-                not tracing.lexists(full) and (kind == "absent" or tracing.opened_by_test()):
-            state.absent.add(os.path.normpath(full))
-    elif kind == "open" or tracing.wants(full, state.root) or \
-            tracing.wants_source(full, state.root):  # a repository .py file code asked about
-        state.files.add(os.path.normpath(full))
+    found = tracing.evidence_of(kind, path, state.root)
+    if found is not None:
+        which, full = found
+        getattr(state, which).add(full)
 
 
 def _on_compiled_entry(kind: str, origin: str) -> None:  # noqa: ARG001

@@ -321,23 +321,11 @@ class Recorder:
                 if self.children is not None:
                     self.children.on_spawn()
             return
-        full = path if path.startswith("/") else os.path.join(os.getcwd(), path)
-        if kind == "open" or kind == "probe":
-            # A repository Python file counts when the test's code opened it or asked
-            # about it (`os.path.isfile("legacy.py")`), not when an import looked for it.
-            if tracing.wants(full, self.root) or tracing.wants_source(full, self.root):
-                if tracing.is_file(full):
-                    self.files[self.context].add(os.path.normpath(full))
-                elif kind == "probe" and tracing.is_dir(full):
-                    self.folders[self.context].add(os.path.normpath(full))
-                elif kind == "open" and not tracing.lexists(full) and \
-                        tracing.opened_by_test():
-                    self.absent[self.context].add(os.path.normpath(full))
-        elif kind == "absent":
-            if tracing.may_appear(full, self.root):
-                self.absent[self.context].add(os.path.normpath(full))
-        elif full.startswith(self.root):
-            self.dirs[self.context].add(os.path.normpath(full))
+        found = tracing.evidence_of(kind, path, self.root)
+        if found is not None:
+            which, full = found
+            evidence = self.dirs if which == "listed" else getattr(self, which)
+            evidence[self.context].add(full)
 
     def _on_compiled_entry(self, kind: str, origin: str) -> None:
         if origin and not origin.startswith(self.root):

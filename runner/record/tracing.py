@@ -38,22 +38,60 @@ def _audit(event: str, args: tuple) -> None:
     sink = _sink
     if sink is None:
         return
+    if event in _SPAWNS:
+        sink("spawn", _describe_spawn(event, args))
+        return
+    seen = file_event(event, args)
+    if seen is not None:
+        sink(*seen)
+
+
+def file_event(event: str, args: tuple) -> tuple[str, str] | None:
+    """What an audited event says a process read: ("open", path) for a file opened to read,
+    ("list", path) for a folder listed; None for any other event, a file written (its
+    contents are not a dependency) or a file descriptor (no path to name). The recorder and
+    a child (`child.py`, which has its own hook) read the events alike through this."""
     if event == "open":
-        path = args[0]
+        path = args[0] if args else None
         mode = args[1] if len(args) > 1 else None
         if isinstance(path, int) or path is None:
-            return
+            return None
         if isinstance(mode, str) and ("w" in mode or "a" in mode or "x" in mode) \
                 and "+" not in mode:
-            return  # writing a file does not make a test depend on its contents
-        sink("open", os.fsdecode(path))
-    elif event in _SPAWNS:
-        sink("spawn", _describe_spawn(event, args))
-    elif event in ("os.listdir", "os.scandir"):
+            return None
+        return "open", os.fsdecode(path)
+    if event in ("os.listdir", "os.scandir"):
         path = args[0] if args else "."
         if isinstance(path, int):
-            return
-        sink("list", os.fsdecode(path) if path is not None else ".")
+            return None
+        return "list", "." if path is None else os.fsdecode(path)
+    return None
+
+
+def evidence_of(kind: str, path: str, root: str) -> tuple[str, str] | None:
+    """Which evidence a file event is (`file_event`'s, or a stat probe's "probe" and
+    "absent"), with the path made absolute and normal: "files" (a data file, or a
+    repository Python file read as text, opened or asked about), "folders" (a folder asked
+    about), "absent" (a path looked for and not found, which a change may add) or "listed"
+    (a folder's entries read); None when it is no evidence. One answer for the recorder and
+    for a child, so a read counts the same wherever it happens."""
+    full = path if path.startswith("/") else os.path.join(os.getcwd(), path)
+    if kind == "list":
+        full = os.path.normpath(full)
+        return ("listed", full) if full == root or full.startswith(root + os.sep) else None
+    if kind == "absent":
+        return ("absent", os.path.normpath(full)) if may_appear(full, root) else None
+    # A repository Python file counts when code opened it or asked about it
+    # (`os.path.isfile("legacy.py")`), not when an import looked for it.
+    if not (wants(full, root) or wants_source(full, root)):
+        return None
+    if is_file(full):
+        return "files", os.path.normpath(full)
+    if kind == "probe":
+        return ("folders", os.path.normpath(full)) if is_dir(full) else None
+    if not lexists(full) and opened_by_test():  # an open that failed: the file may appear
+        return "absent", os.path.normpath(full)
+    return None
 
 
 # -- os.stat: a file asked about, never opened ----------------------------------------------
