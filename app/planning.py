@@ -153,19 +153,29 @@ def replayed_lines(planned) -> dict:
     return {t: {p: list(ls) for p, ls in per.items()} for t, per in lines.items()}
 
 
+def replayed_reads(planned) -> dict:
+    """The data files pruning's replays read under the new code, per pruned test (null:
+    unseen), as JSON."""
+    reads = planned.pruning.head_reads if planned.pruning is not None else {}
+    return {t: None if files is None else list(files) for t, files in reads.items()}
+
+
 def plan_to_store(engine: Engine, base_sha: str, evidence: list[str] | None,
-                  lines: dict):
+                  lines: dict, reads: dict | None = None):
     """The plan a run's evidence is stored with, made again when its last shard is in: from
     the same snapshot the selection used (its commit as the base), pruning's replayed lines
-    as they were. None if that snapshot is no longer what the store gives (gc removed it, a
-    new recording replaced it): carried evidence must come from exactly the snapshot the
-    skipped tests were judged against."""
+    and reads as they were (a test without reads: unseen). None if that snapshot is no
+    longer what the store gives (gc removed it, a new recording replaced it): carried
+    evidence must come from exactly the snapshot the skipped tests were judged against."""
     planned = engine.plan(base=evidence[0] if evidence else base_sha, head=WORKTREE,
                           prune=False)
     if evidence_key(planned) != evidence:
         return None
     head_lines = {t: {p: tuple(ls) for p, ls in per.items()} for t, per in lines.items()}
-    return replace(planned, pruning=PruneOutcome(planned.selection, head_lines=head_lines))
+    head_reads = {t: None if files is None else tuple(files)
+                  for t, files in (reads or {}).items()}
+    return replace(planned, pruning=PruneOutcome(planned.selection, head_lines=head_lines,
+                                                 head_reads=head_reads))
 
 
 def coverage_to_json(coverage: CoverageReport | None) -> dict | None:

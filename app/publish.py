@@ -130,7 +130,7 @@ def _store_with(ctx: Context, run: Run, summaries: dict, results, audit, engine:
     data = run.data
     if planned is None:
         planned = plan_to_store(engine, run.work["base_sha"], data.get("evidence"),
-                                data.get("replayed_lines", {}))
+                                data.get("replayed_lines", {}), data.get("replayed_reads"))
         if planned is None:
             return None, ("the evidence the selection used left the store, or was recorded "
                           "again, while the run ran")

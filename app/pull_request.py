@@ -31,6 +31,7 @@ from .planning import (
     evidence_key,
     plan_or_all,
     replayed_lines,
+    replayed_reads,
 )
 from .queue import enqueue_advance
 from .replays import QUEUE_ALLOWANCE, AnsweringReplayer, DeferredReplayer, budget
@@ -183,7 +184,8 @@ def _start(ctx: Context, store: RunStore, run: Run, runs, work: Work, selection_
     run.data.update(
         selection=selection.to_json(), chosen=[d.test_id for d in chosen], shadow=shadow,
         store_problem=store_problem, evidence=evidence_key(planned),
-        replayed_lines=replayed_lines(planned), steps=[],
+        replayed_lines=replayed_lines(planned), replayed_reads=replayed_reads(planned),
+        steps=[],
         saved_seconds=sum(d.expected_seconds for d in selection.decisions
                           if d.test_id not in ran),
         capture_budget_mb=settings.capture_budget_mb)

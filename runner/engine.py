@@ -349,9 +349,11 @@ class Engine:
             base = store.load_snapshot(snapshot.commit, snapshot.env_key, with_lines=True,
                                        with_modules=True)
             assert base is not None, f"the evidence of {snapshot.commit[:12]} left the store"
-            extra = planned.pruning.head_lines if planned.pruning else {}
+            pruning = planned.pruning
             store_run(store, self.repo, base, recording, collected, planned.renames,
-                      planned.inputs.changes.paths, flaky=flaky, replayed_lines=extra,
+                      planned.inputs.changes.paths, flaky=flaky,
+                      replayed_lines=pruning.head_lines if pruning else {},
+                      replayed_reads=pruning.head_reads if pruning else {},
                       head_inventories=_over(planned.inputs.head_inventories, store))
         else:
             from fastci.runner.execution.carry import store_recording  # noqa: PLC0415

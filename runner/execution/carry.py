@@ -8,7 +8,7 @@ so its old evidence still holds, with its executed lines moved to where they now
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, AbstractSet
+from typing import TYPE_CHECKING, AbstractSet, Mapping
 
 from fastci.runner.evidence import Snapshot, TestRecord
 from fastci.runner.git import GitError, Repo
@@ -99,13 +99,18 @@ def carry_forward(repo: Repo, base: Snapshot, recording: Recording, collected: l
     return tests
 
 
-def add_replayed(test: TestRecord, lines: dict[str, tuple[int, ...]], inventories
+def add_replayed(test: TestRecord, lines: dict[str, tuple[int, ...]], inventories,
+                 reads: tuple[str, ...] | None = (), tree: Mapping[str, str] | None = None
                  ) -> TestRecord:
     """A pruned test's carried evidence, plus what its replays ran under the new code.
 
     The test did not run, so its old evidence is all we have; an equivalent refactor may
     have moved its work into new blocks (a helper split out of a forward), and a later
-    change there must select it."""
+    change there must select it. Likewise the data files the replays read (`reads`, with
+    their blobs in the head's `tree`): new code may read a file natively where the old
+    computed the same value, and a later change to that file must select it. `reads` None:
+    the replays could not see native readers, so the evidence no longer vouches that its
+    files are every file the test reads (`file_events`)."""
     blocks = {p: set(q) for p, q in test.blocks.items()}
     merged = {p: set(ls) for p, ls in (test.lines or {}).items()}
     for path, ls in lines.items():
@@ -113,13 +118,20 @@ def add_replayed(test: TestRecord, lines: dict[str, tuple[int, ...]], inventorie
         fb = inventories.get(path)
         if fb is not None:
             blocks.setdefault(path, set()).update(fb.owner_of(n) for n in ls)
+    files = dict(test.files)
+    for path in reads or ():
+        blob = (tree or {}).get(path)
+        if blob is not None:
+            files[path] = blob
     return replace(test, blocks={p: tuple(sorted(q)) for p, q in blocks.items()},
-                   lines={p: tuple(sorted(ls)) for p, ls in merged.items()})
+                   lines={p: tuple(sorted(ls)) for p, ls in merged.items()}, files=files,
+                   file_events=test.file_events and reads is not None)
 
 
 def store_run(store: EvidenceStore, repo: Repo, base: Snapshot, recording: Recording,
               collected: list[str], renames: dict[str, str], changed_paths: list[str],
-              flaky: AbstractSet[str] = frozenset(), replayed_lines=None, head_inventories=None
+              flaky: AbstractSet[str] = frozenset(), replayed_lines=None, head_inventories=None,
+              replayed_reads: Mapping[str, tuple[str, ...] | None] | None = None
               ) -> Snapshot:
     """Store the head's snapshot after a selective run, and the run's history."""
     commit = head_commit(repo)
@@ -129,7 +141,10 @@ def store_run(store: EvidenceStore, repo: Repo, base: Snapshot, recording: Recor
             paths = sorted(lines)
             inventories = {p: head_inventories.get(p) for p in paths} \
                 if head_inventories is not None else {}
-            tests[test_id] = add_replayed(tests[test_id], lines, inventories)
+            # Pruned before replays noted their reads (a run planned by an older App): unseen.
+            reads = (replayed_reads or {}).get(test_id)
+            tests[test_id] = add_replayed(tests[test_id], lines, inventories, reads,
+                                          recording.tree)
     snap = replace(recording.snapshot(commit, source="run"), tests=tests)
     store.save_snapshot(snap)
     store.add_history(commit, recording.environment.digest, recording.tests.values(),

@@ -428,6 +428,14 @@ def _replay_result(raw, tree: Container[str]) -> dict:
                         for k, v in _dict(raw["close"], "comparisons").items()}
     if "lines" in raw:
         out["lines"] = _line_map(raw["lines"], tree, "replayed")
+    if "read" in raw:  # data files of the tree the call read: they join pruned evidence
+        read = [_relative(p, "a file a replay read") for p in _list(raw["read"], "files read")]
+        outside = [p for p in read if p not in tree]
+        if outside:
+            _fail(f"a replay read {outside[0][:200]!r}, which is not in the tree")
+        out["read"] = sorted(set(read))
+    if raw.get("unwatched") is not None:
+        out["unwatched"] = _text(raw["unwatched"], "why a replay's reads went unseen", 500)
     return out
 
 

@@ -31,6 +31,7 @@ from fastci.runner.prune import settle
 from fastci.runner.prune.budget import cut_off
 from fastci.runner.prune.replayers import LocalReplayer, Replayer, ReplayItem, SettlePlan
 from fastci.runner.prune.settle import SKIPPED, differences, unlike_recorded
+from fastci.runner.record import tracing
 from fastci.runner.record.capture import MAX_REPEATS
 from fastci.runner.selection.report import Selection
 
@@ -63,6 +64,10 @@ class PruneOutcome:
     pruned: Mapping[str, dict] = field(default_factory=dict)  # test id -> evidence
     kept: Mapping[str, str] = field(default_factory=dict)  # candidate -> why it stays
     head_lines: Mapping[str, Mapping[str, tuple[int, ...]]] = field(default_factory=dict)
+    head_reads: Mapping[str, tuple[str, ...] | None] = field(default_factory=dict)
+    """Per pruned test, the data files its replays read under the new code (native readers
+    too), or None where they could not be seen: its carried evidence then trusts Python's
+    `open` no more (`carry.add_replayed`)."""
     seconds: float = 0.0
     replay_seconds: float = 0.0
     skipped: int = 0  # replays not run: every test that needed them stayed selected
@@ -233,7 +238,7 @@ def prune(repo: Repo, store: EvidenceStore, selection: Selection, snapshot, head
                 for cand in found for d in cand.captures}
         replays.run(digests, classes, sorted({p for c in _all_captures(snapshot, found)
                                               for p in c}), envs, found)
-    pruned, head_lines = {}, {}
+    pruned, head_lines, head_reads = {}, {}, {}
     for cand in found:
         why, evidence = _judge(cand, replays, tolerance)
         if why:
@@ -247,15 +252,28 @@ def prune(repo: Repo, store: EvidenceStore, selection: Selection, snapshot, head
             for path, ls in replays.new[digest].get("lines", {}).items():
                 lines[path] |= set(ls)
         head_lines[cand.test_id] = {p: tuple(sorted(ls)) for p, ls in lines.items()}
+        head_reads[cand.test_id] = _reads(replays.new[d] for d in cand.captures)
     replay_seconds = sum(r.get("seconds", 0.0) for r in
                          [*replays.old.values(), *replays.new.values()])
     results = [*replays.old.values(), *replays.new.values()]
     skipped = sum(r.get("error") == SKIPPED for r in results)
     new_selection = _apply(selection, pruned, mode, kept)
     return PruneOutcome(new_selection, pruned, kept, head_lines,
-                        time.perf_counter() - started, replay_seconds, skipped,
-                        sum(map(cut_off, results)), limit,
-                        (replays.launches[0], replays.launches[1]))
+                        seconds=time.perf_counter() - started, replay_seconds=replay_seconds,
+                        skipped=skipped, cut=sum(map(cut_off, results)), limit=limit,
+                        launches=(replays.launches[0], replays.launches[1]),
+                        head_reads=head_reads)
+
+
+def _reads(results) -> tuple[str, ...] | None:
+    """The data files a pruned test's new-code replays read, or None if any replay could
+    not see them (no file events, an overflow, a result from before they were noted)."""
+    read: set[str] = set()
+    for result in results:
+        if result.get("unwatched") is not None or result.get("read") is None:
+            return None
+        read.update(result["read"])
+    return tuple(sorted(read))
 
 
 class _Replays:
@@ -328,6 +346,7 @@ class _Replays:
                 set(blobs), todo_old, todo_new, self.tmp / f"settled-{tag}")
         if old_root:
             first.append(ReplayItem(f"old-{tag}", Path(old_root), todo_old, sys_path, env=env,
+                                    watch=_data_files(self.snapshot.tree),
                                     save=tensors if tolerance else None, settle=settle_old,
                                     budget=self.budget, until=self.until))
         if new_root:
@@ -340,6 +359,7 @@ class _Replays:
             for i, half in enumerate(halves):
                 new = ReplayItem(f"new-{tag}" + ("" if i == 0 else f"-{i}"), Path(new_root),
                                  half, sys_path, env=env, overrides=classes if i == 0 else [],
+                                 watch=_data_files(self.head_tree),
                                  compare=tensors if tolerance else None,
                                  settle=settle_new, budget=self.budget, until=self.until)
                 # a tolerance replay compares against the tensors the old one saved: after
@@ -550,13 +570,19 @@ class _CannotReplay(Exception):
     pass
 
 
-REPLAY_FORMAT = 6
+REPLAY_FORMAT = 7
 """What a replay fingerprints; part of the key of stored replays, so bump it whenever a
 replay records something more (2: `said.files`, 3: a module call's `out.is`, 4: `out.is`
 element by element in a returned container, 5: in a plain object too, 6: through what
-the arguments hold, numpy's memory, and under the call's autocast), and results
+the arguments hold, numpy's memory, and under the call's autocast, 7: the data files a
+call read, natively too), and results
 stored before are not mixed with new ones (a fingerprint on one side only is a difference:
 its tests would stay kept)."""
+
+
+def _data_files(tree: Mapping[str, str]) -> tuple[str, ...]:
+    """The tree's files whose reads a replay notes: those a recording watches too."""
+    return tuple(sorted(p for p in tree if tracing.wants(f"/{p}", "/")))
 
 
 def _tree_key(tree: Mapping[str, str]) -> str:

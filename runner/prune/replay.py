@@ -11,7 +11,10 @@ gradient and fingerprint the gradients of parameters and inputs. Anything that f
 reported per capture, never raised: the caller keeps such tests selected.
 
 With `trace`, the recording's line recorder (`record/lines.py`) notes the lines each
-replay ran (under the new code these become part of a pruned test's evidence). With
+replay ran (under the new code these become part of a pruned test's evidence). With `watch`
+(the tree's data files), the kernel's file events say which of them each replayed call read,
+native readers included (`read`; they join a pruned test's evidence too), or `unwatched`
+says why that could not be seen. With
 `save_tensors` the tensors are kept for a later tolerance comparison (`compare_to`) by
 `fastci.kernels.compare`. With `settle` (exact pruning) the process skips captures whose
 tests stay selected whatever it finds (`settle.py`). With `budget` it replays for at most
@@ -48,6 +51,8 @@ class ReplayResult(TypedDict, total=False):
     error: str | None
     close: dict  # with `compare_to`: per tensor, within tolerance of the earlier replay?
     lines: dict[str, list[int]]  # with `trace`: the lines the call executed, per path
+    read: list[str]  # with `watch`: the tree's data files the call read, natively too
+    unwatched: str  # ... or why what it read could not be seen
     load_seconds: float
     seconds: float
 
@@ -70,9 +75,11 @@ def main(argv: list[str]) -> int:
         recorder = make(choose("auto")[0], root, [])
         recorder.start()
     memo = _launch_memo(request)
+    reads = _Reads(root, request.get("watch"))
     try:
-        results = _replay_all(request, root, recorder, memo)
+        results = _replay_all(request, root, recorder, memo, reads)
     finally:
+        reads.close()
         if memo is not None:
             memo.uninstall()
             # what a cut-off call remembered, and the folder's trim: never past a local
@@ -126,10 +133,12 @@ def _settled(request: dict) -> Settled | None:
     return Settled(plan["groups"], plan["settled"], plan.get("recorded"))
 
 
-def _replay_all(request: dict, root: str, recorder, memo=None) -> dict[str, ReplayResult]:
+def _replay_all(request: dict, root: str, recorder, memo=None, reads=None
+                ) -> dict[str, ReplayResult]:
     """Each capture's result, in the request's order: skipped where settled, cut off where
     the budget ran out. The launches `memo` remembered are written after each capture,
-    between replayed calls (a write inside one is an effect)."""
+    between replayed calls (a write inside one is an effect); `reads` notes the data files
+    each call read."""
     settled = _settled(request)
     deadline = Deadline(_budget(request))
     results: dict[str, ReplayResult] = {}
@@ -140,14 +149,62 @@ def _replay_all(request: dict, root: str, recorder, memo=None) -> dict[str, Repl
             continue
         if recorder is not None:
             recorder.switch(digest)
+        if reads is not None:
+            reads.begin()
         result = deadline.call(replay, path, root, request.get("save_tensors"),
                                request.get("compare_to"), digest)
         results[digest] = deadline.result() if result is None else result  # type: ignore[assignment]
+        if reads is not None:
+            reads.end(results[digest])
         if settled is not None:
             settled.replayed(digest, results[digest])
         if memo is not None:
             memo.flush(trim=False)
     return results
+
+
+class _Reads:
+    """Which of the tree's data files each replayed call read, seen in the kernel's file
+    events (`record/fileaccess.py`), so native readers count as Python's `open` does.
+
+    `said.files` compares the paths a call opened through Python under the two trees, so new
+    code that opens another file differs and keeps its test. A native reader (the C library,
+    a tokenizer's extension) raises no audit event: new code that reads a file that way
+    computes what the old code did, and its test is pruned. Its carried evidence must then
+    name the file, or a later change to it selects nothing. The events name no process: two
+    replay processes on one tree credit each other's reads, which only adds evidence."""
+
+    def __init__(self, root: str, watch: list[str] | None) -> None:
+        from fastci.runner.record.fileaccess import FileEvents  # noqa: PLC0415
+
+        self.wanted = watch is not None  # an older request asks nothing of this
+        self.events: FileEvents | None = None
+        self.unwatched: str | None = None
+        if self.wanted:
+            events = FileEvents(root, list(watch or ()))
+            if events.start():
+                self.events = events
+            else:
+                self.unwatched = events.unavailable or "no file events"
+
+    def begin(self) -> None:
+        if self.events is not None:
+            self.events.drain()  # what ran before the call (imports, a flush) is not its
+            self.events.take_overflow()
+
+    def end(self, result: ReplayResult) -> None:
+        if not self.wanted:
+            return
+        if self.events is None:
+            result["unwatched"] = str(self.unwatched)
+            return
+        result["read"] = sorted(self.events.drain())
+        if self.events.take_overflow():
+            result["unwatched"] = "the kernel's file events overflowed during the call"
+
+    def close(self) -> None:
+        if self.events is not None:
+            self.events.close()
 
 
 def _start_up() -> None:

@@ -70,6 +70,7 @@ class ReplayItem:
     budget: float | None = None  # seconds it may replay for (`budget.py`); None: no limit
     until: float | None = None  # local replays: time.monotonic() by which they end
     launches: Path | None = None  # local replays: where kernel launches are remembered
+    watch: tuple[str, ...] = ()  # the tree's data files: which each call reads is noted
 
     def left(self) -> float | None:
         """Seconds until `until`, or None without one."""
@@ -86,6 +87,7 @@ class ReplayItem:
         return {"root": at(self.root), "captures": {d: at(p) for d, p in self.captures.items()},
                 "overrides": [list(c) for c in self.overrides], "sys_path": self.sys_path,
                 "trace": self.trace, "env": self.env, "out": at(out), "budget": self.budget,
+                "watch": list(self.watch),
                 # the machine's clock: never in a pack for a runner (`base`)
                 "until": self.until if base is None else None,
                 "launches": None if base is not None or self.launches is None

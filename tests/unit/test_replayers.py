@@ -130,18 +130,20 @@ GOOD = {"captures": {DIGEST: {
     "fingerprints": {"out": {"hash": "00ff", "dtype": "float32", "shape": [3], "sum": 1.5,
                              "sumsq": None, "nans": 0}, "rng": {"hash": "12"}},
     "error": None, "seconds": 0.01, "load_seconds": 0.2,
-    "lines": {"net/layers.py": [3, 4, 4]}, "close": {"out": "ok"}}},
+    "lines": {"net/layers.py": [3, 4, 4]}, "close": {"out": "ok"},
+    "read": ["net/scale.txt", "net/scale.txt"]}},
     "overrides": {"net/layers.py::Scale": {"overriding": [], "error": None}}}
 
 
 def check(raw):
     return replay_output(raw, captures={DIGEST}, overrides={"net/layers.py::Scale"},
-                         tree={"net/layers.py"})
+                         tree={"net/layers.py", "net/scale.txt"})
 
 
 def test_a_well_formed_replay_output_passes_with_its_lines_deduplicated():
     got = check(GOOD)
     assert got["captures"][DIGEST]["lines"] == {"net/layers.py": [3, 4]}
+    assert got["captures"][DIGEST]["read"] == ["net/scale.txt"]
     assert got["captures"][DIGEST]["fingerprints"] == GOOD["captures"][DIGEST]["fingerprints"]
     assert got["overrides"] == GOOD["overrides"]
 
@@ -165,6 +167,11 @@ def _with(path: list, value):
     (["captures", DIGEST, "seconds"], -1, "non-negative"),
     (["overrides", "net/other.py::Evil"], {"overriding": [], "error": None}, "not asked"),
     (["captures", DIGEST, "error"], ["not", "text"], "not a string"),
+    # A file a replay read joins a pruned test's evidence: only the tree's files may.
+    (["captures", DIGEST, "read"], ["../../etc/shadow"], "repository-relative"),
+    (["captures", DIGEST, "read"], ["net/other.txt"], "not in the tree"),
+    (["captures", DIGEST, "read"], "net/scale.txt", "not a list"),
+    (["captures", DIGEST, "unwatched"], {"why": 1}, "not a string"),
 ])
 def test_a_replay_output_that_claims_more_than_it_was_asked_is_rejected(path, value, why):
     with pytest.raises(InvalidResult, match=why):
