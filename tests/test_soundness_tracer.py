@@ -156,6 +156,7 @@ UNSEEN = {
     "tests/test_g_native.py": '''
         import torch
 
+        from pk.calc import triple
         from pk.grad import Square
         from pk.native import run_on_native_thread
 
@@ -168,6 +169,15 @@ UNSEEN = {
                 return float(x.grad)
 
             assert run_on_native_thread(step) == 6.0
+
+
+        def test_forward_on_a_native_thread():
+            x = torch.tensor([3.0])
+            assert run_on_native_thread(lambda: float(Square.apply(x))) == 9.0
+
+
+        def test_function_on_a_native_thread():
+            assert run_on_native_thread(lambda: triple(2)) == 6
     ''',
     "pk/gradhooks.py": '''
         CALLS = []
@@ -333,6 +343,17 @@ def test_a_backward_on_a_thread_native_code_started_selects_its_test(repo):
     repo.edit("pk/grad.py", "return 2 * x * grad", "return 3 * x * grad")
     assert_selects(repo, "tests/test_g_native.py::test_backward_on_a_native_thread",
                    "tests/test_d_other.py::test_other")
+
+
+@pytest.mark.parametrize("path, old, new, victim", [
+    # The thread's first Python is a ctypes callback: what it calls, a plain function or
+    # a custom Function's forward, ran with no tracer on 3.11 (a backward there got one).
+    ("pk/calc.py", "return x * 3", "return x * 4", "test_function_on_a_native_thread"),
+    ("pk/grad.py", "return x * x", "return x * x * 2", "test_forward_on_a_native_thread"),
+])
+def test_a_ctypes_callback_on_a_native_thread_selects_its_test(repo, path, old, new, victim):
+    repo.edit(path, old, new)
+    assert_selects(repo, f"tests/test_g_native.py::{victim}", "tests/test_d_other.py::test_other")
 
 
 @pytest.mark.parametrize("old, new, victim", [

@@ -424,6 +424,7 @@ def _install_hooks() -> None:
     after_import("subprocess", lambda module: nudge.install_popen(module.Popen, _recorded))
     after_import("torch", _start_capture)
     after_import("torch", tracing.trace_autograd_threads)
+    after_import("ctypes", tracing.trace_ctypes_callbacks)
 
 
 def _start_capture(module) -> None:  # noqa: ARG001

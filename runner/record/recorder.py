@@ -166,6 +166,7 @@ class Recorder:
         tracing.probe_files(self.root, self._on_file)
         tracing.trace_raw_threads()
         child.after_import("torch", tracing.trace_autograd_threads)
+        child.after_import("ctypes", tracing.trace_ctypes_callbacks)
         compiled.start(self._on_compiled_entry, self._on_compile)
         child.after_import("torch._dynamo", compiled.install)
         child.after_import("torch.jit", compiled.install_script)

@@ -252,6 +252,39 @@ def trace_raw_threads() -> None:
         _thread.start_new = start_new_thread
 
 
+def trace_ctypes_callbacks(module) -> None:
+    """A ctypes callback is Python that C code calls, on whichever thread that code runs:
+    one it started itself (`pthread_create`, a library's worker pool) has no tracer, so on
+    Python 3.11 what the callback ran went unrecorded. Each Python callable made into a C
+    function pointer through `CFUNCTYPE` or `PYFUNCTYPE` is given the thread's hook as it
+    starts (`_traced_hook`), as autograd's hooks are. Installed once, with ctypes (the
+    function types those factories make are wrapped as they are made; one made before,
+    or a `_CFuncPtr` subclass written by hand, is not)."""
+    for name in ("CFUNCTYPE", "PYFUNCTYPE", "WINFUNCTYPE"):
+        factory = getattr(module, name, None)
+        if factory is not None and not getattr(factory, "fastci_traced", False):
+            setattr(module, name, _marked(_traced_callbacks(factory)))
+
+
+def _traced_callbacks(factory):
+    base = getattr(sys.modules.get("ctypes"), "_CFuncPtr", None)
+
+    @functools.wraps(factory)
+    def make(*args, **kwargs):
+        cls = factory(*args, **kwargs)
+        if base is not None and not getattr(cls, "fastci_traced", False):
+            def __new__(kind, *values, **options):
+                if len(values) == 1 and callable(values[0]):
+                    values = (_traced_hook(values[0]),)
+                return base.__new__(kind, *values, **options)
+
+            cls.__new__ = __new__  # the type is the factory's, cached: wrapped once
+            cls.fastci_traced = True
+        return cls
+
+    return make
+
+
 def trace_autograd_threads(module=None) -> None:  # noqa: ARG001 (`after_import`'s argument)
     """A backward runs Python on whichever thread the autograd engine picks: on a GPU, a
     device thread the engine started in C++, which `threading`'s hook never reaches, so its
