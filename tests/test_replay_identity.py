@@ -1,4 +1,4 @@
-"""Which object a replayed call returned (`replay._identity`), element by element: a view of
+"""Which object a replayed call returned (`prune/identity.py`), element by element: a view of
 an argument held in a tuple must not compare equal to a copy of equal values, and equivalent
 code must still describe the same objects alike."""
 
@@ -9,13 +9,13 @@ import dataclasses
 import numpy
 import torch
 
-from fastci.runner.prune.replay import _ELEMENTS, _identity
+from fastci.runner.prune.identity import ELEMENTS, identity
 
 SHARED = {"lr": 0.1}
 
 
 def _of(fn, *args, **kwargs) -> str:
-    return _identity(fn(*args, **kwargs), args, kwargs, fn)
+    return identity(fn(*args, **kwargs), args, kwargs, fn)
 
 
 def test_a_view_in_a_tuple_differs_from_a_copy_in_one():
@@ -54,7 +54,7 @@ def test_dicts_and_dataclasses_are_described_by_their_fields():
 
 
 def test_a_container_too_large_to_compare_never_matches():
-    wide = list(range(_ELEMENTS + 1))
+    wide = list(range(ELEMENTS + 1))
     first, second = _of(lambda: list(wide)), _of(lambda: list(wide))
     assert first.startswith("a container too large to compare") and first != second
 
@@ -136,7 +136,7 @@ def test_what_an_argument_holds_is_named_by_its_path():
 def test_a_huge_argument_is_not_walked_and_nothing_new_is_proved_beside_it():
     # What it holds is not named, so no returned object is proved new: one of them could
     # be what the argument holds.
-    ids = [torch.zeros(1) for _ in range(_ELEMENTS * 2)]
+    ids = [torch.zeros(1) for _ in range(ELEMENTS * 2)]
     assert _of(lambda v: v, ids) == "args[0]"
     first, second = _of(lambda v: v[5], ids), _of(lambda v: v[5], ids)
     assert first.startswith("an object the arguments may hold") and first != second
@@ -144,7 +144,7 @@ def test_a_huge_argument_is_not_walked_and_nothing_new_is_proved_beside_it():
 
 def test_later_arguments_are_named_before_the_first_is_walked_deep():
     # A first argument holding more than the walk's bound leaves the second named.
-    samples = [{"x": torch.zeros(1)} for _ in range(_ELEMENTS)]
+    samples = [{"x": torch.zeros(1)} for _ in range(ELEMENTS)]
     weight = torch.zeros(4)
     assert _of(lambda s, w: w[:2], samples, weight).startswith("a view of args[1] ")
 
