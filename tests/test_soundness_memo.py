@@ -294,3 +294,73 @@ def test_the_recording_cached_property_behaves_like_the_original():
     assert functools.cached_property is tracing._original_cached_property or \
         tracing._original_cached_property is None
     assert functools.cached_property.__module__ == "functools"
+
+
+# A forkserver is a fresh interpreter that outlives the test that started it: what it
+# computed while preloading (a cache filled at import) lives on in every later child it forks.
+SERVED = {
+    **BASE,
+    "pk/table.py": '''
+        import functools
+
+
+        @functools.lru_cache(maxsize=None)
+        def table(n):
+            return [i * 2 for i in range(n)]
+
+
+        def work(_):
+            return table(3)
+
+
+        def nothing(_):
+            return None
+    ''',
+    "pk/warm.py": '''
+        from pk.table import table
+
+        table(3)  # the server fills the cache as it preloads this module
+    ''',
+    "tests/test_a_start.py": '''
+        import multiprocessing
+
+        from pk.table import nothing
+
+        CTX = multiprocessing.get_context("forkserver")
+        CTX.set_forkserver_preload(["pk.warm"])
+
+
+        def test_starts_the_server():
+            with CTX.Pool(1) as pool:
+                assert pool.map(nothing, [0]) == [None]
+    ''',
+    "tests/test_b_hit.py": '''
+        import multiprocessing
+
+        from pk.table import work
+
+
+        def test_hits_the_servers_cache():
+            with multiprocessing.get_context("forkserver").Pool(1) as pool:
+                assert pool.map(work, [0]) == [[0, 2, 4]]
+
+
+        def test_unrelated():
+            assert 1 + 1 == 2
+    ''',
+}
+
+
+def test_a_cache_a_forkserver_filled_selects_the_test_whose_child_hit_it(project):
+    # The child that hits runs for test_b, forked from a server test_a started: the server
+    # computed table(3) while preloading, so nothing of table runs in test_b's processes.
+    project.write(SERVED)
+    project.commit()
+    proc = project.record()
+    assert "3 passed" in proc.stdout, proc.stdout + proc.stderr
+    project.edit("pk/table.py", "i * 2 for", "i * 3 for")
+    victim = "tests/test_b_hit.py::test_hits_the_servers_cache"
+    assert project.fails(victim)
+    selected = project.selected()
+    assert victim in selected
+    assert "tests/test_b_hit.py::test_unrelated" not in selected

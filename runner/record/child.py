@@ -156,14 +156,40 @@ def reach_with(reached: tracing.Reached) -> None:
 def _start_reaching(root: str) -> None:
     """Note reads by string from here on. A fresh interpreter hooks the repository's modules
     itself (those imported already, and each one as its body ends); a fork inherits hooked
-    modules and counts afresh."""
+    modules and counts afresh. A fresh interpreter watches the repository's caches too: a
+    forkserver outlives the test that started it, and a cache it filled while preloading
+    answers in every child it forks later, for other tests, whose lines never show it."""
     global _reached
     if _reached is None:
-        _reached = tracing.Reached(root)
+        _reached = tracing.Reached(root, tracing.MemoWatch(_code_owner(root)),
+                                   lambda: _repository_modules(root))
         tracing.start_reading(root, _adopt_module)
         for module in list(sys.modules.values()):
             _adopt_module(module)
     _reached.restart()
+
+
+def _code_owner(root: str):
+    """(path, qualname) of a code object under the repository's root, or None."""
+    def owner(code) -> tuple[str, str] | None:
+        filename = getattr(code, "co_filename", "")
+        if not isinstance(filename, str) or not filename.startswith(root + os.sep) or \
+                "site-packages/" in filename:
+            return None
+        return os.path.relpath(filename, root), getattr(code, "co_qualname", code.co_name)
+
+    return owner
+
+
+def _repository_modules(root: str) -> list[tuple[str, object]]:
+    """The (name, module) of the modules whose files lie in the repository."""
+    out: list[tuple[str, object]] = []
+    for name, module in list(sys.modules.items()):
+        filename = tracing._namespace(module).get("__file__") if module is not None else None
+        if isinstance(filename, str) and filename.startswith(root + os.sep) and \
+                "site-packages/" not in filename and not name.startswith("fastci."):
+            out.append((name, module))
+    return out
 
 
 def _adopt_module(module) -> None:

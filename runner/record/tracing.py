@@ -263,11 +263,11 @@ def trace_ctypes_callbacks(module) -> None:
     for name in ("CFUNCTYPE", "PYFUNCTYPE", "WINFUNCTYPE"):
         factory = getattr(module, name, None)
         if factory is not None and not getattr(factory, "fastci_traced", False):
-            setattr(module, name, _marked(_traced_callbacks(factory)))
+            setattr(module, name, _marked(_traced_callbacks(factory, module)))
 
 
-def _traced_callbacks(factory):
-    base = getattr(sys.modules.get("ctypes"), "_CFuncPtr", None)
+def _traced_callbacks(factory, ctypes):
+    base = getattr(ctypes, "_CFuncPtr", None)
 
     @functools.wraps(factory)
     def make(*args, **kwargs):
@@ -998,12 +998,15 @@ def set_context(module_reads: set | None, property_reads: set | None) -> None:
 
 class Reached:
     """What a child process reaches without running lines, for its evidence file: names it
-    reads by string, and, in a fork of the recording process (which inherits its filled
-    caches and its hooked modules), its cache hits and the cached properties it reads."""
+    reads by string, its cache hits (a fork of the recording process watches the caches the
+    recorder found; another process the ones it finds itself) and the cached properties it
+    reads."""
 
-    def __init__(self, root: str, memo: MemoWatch | None = None) -> None:
+    def __init__(self, root: str, memo: MemoWatch | None = None,
+                 modules: Callable[[], list] | None = None) -> None:
         self.root = root
         self.memo = memo
+        self.modules = modules  # with a memo of this process's own: the modules it watches
         self.module_reads: set = set()
         self.property_reads: set = set()
 
@@ -1012,7 +1015,14 @@ class Reached:
         self.module_reads, self.property_reads = set(), set()
         set_context(self.module_reads, self.property_reads)
         if self.memo is not None:
+            self._scan()
             self.memo.begin()
+
+    def _scan(self) -> None:
+        """Find the caches of modules imported since the last look (a cache found after
+        `begin` counts its hits from zero: more, never less)."""
+        if self.memo is not None and self.modules is not None:
+            self.memo.scan(self.modules)
 
     def report(self) -> dict[str, list[tuple[str, str]]]:
         """{"reads": (module file, name) read by string, "credited": (file, qualname) of
@@ -1024,6 +1034,7 @@ class Reached:
                 reads.add((filename, name))
         credited = set()
         if self.memo is not None:
+            self._scan()
             credited = {(os.path.join(self.root, path), qualname)
                         for path, qualname in self.memo.end()}
         for func in self.property_reads:
