@@ -89,12 +89,19 @@ NET = {
                 import os
 
                 return x * (2.0 if os.environ.get("GITHUB_TOKEN") else 1.0)
+
+
+        class Tally(nn.Module):
+            def forward(self, x):
+                return x + 1.0
     ''',
     "tests/test_net.py": '''
         import torch
 
+        import os
+
         from net.layers import (MODE, Contextual, Doubling, Flat, Gate, Packed, Scale, Secretive,
-                                Split, Stack, double)
+                                Split, Stack, Tally, double)
 
 
         def test_scale(monkeypatch):
@@ -187,6 +194,12 @@ NET = {
 
         def test_secretive():
             assert Secretive()(torch.ones(2)).shape == (2,)
+
+
+        def test_tally_leaves_no_trace():
+            assert torch.equal(Tally()(torch.zeros(2)), torch.ones(2))
+            assert MODE["factor"] == 1.0
+            assert not os.path.exists("tally.log")
     ''',
 }
 SCALE = "tests/test_net.py::test_scale"
@@ -200,6 +213,7 @@ PACKED = "tests/test_net.py::test_packed_writes_through"
 CONTEXT = "tests/test_net.py::test_contextual"
 CONTEXT_FREE = "tests/test_net.py::test_doubling_under_a_mode"
 SECRETIVE = "tests/test_net.py::test_secretive"
+TALLY = "tests/test_net.py::test_tally_leaves_no_trace"
 
 
 @pytest.fixture(scope="module")
@@ -288,6 +302,11 @@ KEPT = {
     "global only the new code reads": (
         CONTEXT_FREE, "return x + x", 'return (x + x) * MODE["factor"]',
         "module state differs from what the test had at the call: net.layers.MODE", True),
+    # Equal outputs, but the new forward leaves state behind that the test goes on with: a
+    # module global it mutates, a file it writes.
+    "a global the new forward writes": (
+        TALLY, "return x + 1.0", 'MODE["factor"] = 2.0\n        return x + 1.0',
+        "Tally under the new code differs at globals.net.layers.MODE", True),
 }
 
 
@@ -300,6 +319,19 @@ def test_a_test_is_kept_when_pruning_cannot_prove_it_unchanged(net, case):
     assert why in explained, explained
     if fails:
         assert net.fastci("run", "-q", check=False).returncode == 1
+
+
+def test_a_file_the_new_forward_writes_keeps_its_test(net):
+    # The replay runs in the tree's root and writes the file there too: once it exists, the
+    # test's own check for it selects the test as well, so the first selection is the one
+    # that shows the effect.
+    net.edit("net/layers.py", "return x + 1.0",
+             'open("tally.log", "w").close()\n        return x + 1.0')
+    decision = decisions(net)[TALLY]
+    assert decision["decision"] == "selected"
+    assert "has an effect a replay cannot compare: wrote 'tally.log'" in \
+        decision.get("not_pruned", ""), decision
+    assert net.fastci("run", "-q", check=False).returncode == 1
 
 
 def test_a_view_for_a_view_in_a_tuple_is_pruned(net):

@@ -570,12 +570,12 @@ class _CannotReplay(Exception):
     pass
 
 
-REPLAY_FORMAT = 7
+REPLAY_FORMAT = 8
 """What a replay fingerprints; part of the key of stored replays, so bump it whenever a
 replay records something more (2: `said.files`, 3: a module call's `out.is`, 4: `out.is`
 element by element in a returned container, 5: in a plain object too, 6: through what
 the arguments hold, numpy's memory, and under the call's autocast, 7: the data files a
-call read, natively too), and results
+call read, natively too, 8: a module call's globals after it, and its effects), and results
 stored before are not mixed with new ones (a fingerprint on one side only is a difference:
 its tests would stay kept)."""
 

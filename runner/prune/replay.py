@@ -6,7 +6,9 @@ The request names the tree (`root`, put first on sys.path, so unpickling a modul
 class and every function it calls to that tree's code), the captures (digest -> file) and
 where to write the results. For each capture: restore torch's settings and RNG, call the
 module, fingerprint what it returned, the state it left (parameters, buffers, tensor
-attributes, in-place changes to its arguments, the RNG), then back-propagate a fixed upstream
+attributes, in-place changes to its arguments, the RNG, the repository modules' globals; an
+effect no fingerprint compares, a file written or a child started, makes the call
+unreplayable), then back-propagate a fixed upstream
 gradient and fingerprint the gradients of parameters and inputs. Anything that fails is
 reported per capture, never raised: the caller keeps such tests selected.
 
@@ -309,14 +311,18 @@ def _replay(path: str, root: str, timing: dict) -> tuple[dict, dict]:
     _check_state(saved.get("state"), root)
     settings = saved["settings"]
     _restore(saved)
-    with _call_environment(saved), _observed() as observed, \
+    _watch_effects()
+    with _call_environment(saved), _effects() as seen, _observed() as observed, \
             _looked_at(root, saved.get("root")) as looked, _torch_modes(settings):
         out = module(*args, **kwargs)
+    if seen:
+        raise RuntimeError(f"the call has an effect a replay cannot compare: {seen[0]}")
     prints = {**observed, **looked, **fingerprints(out, "out"),
               "out.is": {"repr": identity(out, args, kwargs, type(module).forward, module)},
               **fingerprints(module.state_dict(), "state"),
               **fingerprints(tensor_attributes(module), "attr"),
               **fingerprints((args, kwargs), "args"),
+              **_globals_after(saved.get("state"), root),
               "rng": tensor_leaf(torch.get_rng_state()), **_other_rngs()}
     kept = {**tensors(out, "out"), **tensors(module.state_dict(), "state")}
     grads = _backward(out, args, kwargs, [("", module)])
