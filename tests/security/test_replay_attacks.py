@@ -3,8 +3,9 @@ sandbox user, never beside the App's key (issue 11, route 4 and build step 4).
 
 The pull request makes three equivalent changes to torch modules whose calls the base
 recorded. One (`Scale`) also probes, from inside its forward, for the App's key, the worker's
-environment and the mirror, and writes down what it got and as whom it ran: files the old code
-never looked at, so its test stays selected (`said.files`). Another (`Shift`) forges the
+environment and the mirror, and writes down what it got and as whom it ran: a file written is
+an effect no fingerprint compares, so its test stays selected (were it not, the files the old
+code never looked at would keep it, `said.files`). Another (`Shift`) forges the
 replay's results at exit, claiming lines of a file outside the tree. The third (`Bias`) is
 only equivalent, and is pruned. The selection side, in this process, prunes through a real
 `fastci worker --gpu 0` on a Redis of the test's own.
@@ -186,12 +187,13 @@ def test_the_app_prunes_through_a_sandboxed_runner_and_the_change_reaches_nothin
     fake, base, head, marker, runner = world
     outcome, selection = select(fake, base, head, runner)
     summary, text = selection["output"]["summary"], selection["output"]["text"]
-    # Bias's change is equivalent: pruned on the runner's replays. Scale's probe opened
-    # files its old forward never looked at: kept, though it returns the same values.
+    # Bias's change is equivalent: pruned on the runner's replays. Scale's probe wrote down
+    # what it found: kept, though it returns the same values.
     assert "1 pruned" in selection["output"]["title"], summary
     assert "### Pruned" in text and "test_bias" in text.split("### Pruned")[1]
-    assert "`tests/test_net.py::test_scale` not pruned: Scale under the new code differs at " \
-        "said.files" in summary, summary
+    assert "`tests/test_net.py::test_scale` not pruned: replaying Scale under the new code " \
+        "failed: RuntimeError: the call has an effect a replay cannot compare: wrote " \
+        in summary, summary
     # The head's forward ran there, as the sandbox user, and found nothing to take: in its
     # replay, and in the shard that then ran test_scale (recording it: the child hand-over
     # variables name the test's folders, no secret).
