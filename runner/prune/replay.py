@@ -309,15 +309,9 @@ def _replay(path: str, root: str, timing: dict) -> tuple[dict, dict]:
     module, args, kwargs = saved["module"], saved["args"], saved["kwargs"]
     _check_code(module, root)
     _check_state(saved.get("state"), root)
-    settings = saved["settings"]
     _restore(saved)
-    _watch_effects()
-    with _call_environment(saved), _effects() as seen, _observed() as observed, \
-            _looked_at(root, saved.get("root")) as looked, _torch_modes(settings):
-        out = module(*args, **kwargs)
-    if seen:
-        raise RuntimeError(f"the call has an effect a replay cannot compare: {seen[0]}")
-    prints = {**observed, **looked, **fingerprints(out, "out"),
+    out, said = _call(saved, root, lambda: module(*args, **kwargs))
+    prints = {**said, **fingerprints(out, "out"),
               "out.is": {"repr": identity(out, args, kwargs, type(module).forward, module)},
               **fingerprints(module.state_dict(), "state"),
               **fingerprints(tensor_attributes(module), "attr"),
@@ -330,6 +324,19 @@ def _replay(path: str, root: str, timing: dict) -> tuple[dict, dict]:
         prints.update(fingerprints(grads, "grads"))
         kept.update(tensors(grads, "grads"))
     return prints, kept
+
+
+def _call(saved: dict, root: str, call) -> tuple[object, dict]:
+    """Run the captured call as the test had it (its variables, torch's modes), and what it
+    said and looked at as fingerprints; an effect no fingerprint compares (a file written,
+    a child started) makes it unreplayable."""
+    _watch_effects()
+    with _call_environment(saved), _effects() as seen, _observed() as observed, \
+            _looked_at(root, saved.get("root")) as looked, _torch_modes(saved["settings"]):
+        out = call()
+    if seen:
+        raise RuntimeError(f"the call has an effect a replay cannot compare: {seen[0]}")
+    return out, {**observed, **looked}
 
 
 def _backward(out, args, kwargs, modules: list) -> dict:
@@ -575,13 +582,8 @@ def _replay_function(saved: dict, root: str) -> tuple[dict, dict]:
     _check_function(fn, root)
     _check_state(saved.get("state"), root)
     _restore(saved)
-    _watch_effects()
-    with _call_environment(saved), _effects() as seen, _observed() as observed, \
-            _looked_at(root, saved.get("root")) as looked, _torch_modes(saved["settings"]):
-        out = fn(*args, **kwargs)
-    if seen:
-        raise RuntimeError(f"the call has an effect a replay cannot compare: {seen[0]}")
-    prints = {**observed, **looked, **bounded_fingerprints(out, "out"),
+    out, said = _call(saved, root, lambda: fn(*args, **kwargs))
+    prints = {**said, **bounded_fingerprints(out, "out"),
               **bounded_fingerprints((args, kwargs), "args"),
               **_exact("out", out), **_exact("args", (args, kwargs)),
               "out.is": {"repr": identity(out, args, kwargs, fn)},
