@@ -129,6 +129,10 @@ LIB = {
 
             def area(self):
                 return self.cells
+
+            def grow(self):
+                self.rows += 1
+                self.cells = self.rows * self.cols
     ''',
     "tests/test_shapes.py": '''
         from lib.shapes import Grid
@@ -141,6 +145,12 @@ LIB = {
 
         def test_grid_area():
             assert Grid(2).area() == 8
+
+
+        def test_grid_grows():
+            grid = Grid(2)
+            grid.grow()
+            assert grid.cells == 12
     ''',
     "lib/vocab.py": '''
         def build_vocab(words):
@@ -334,7 +344,7 @@ def node(name: str, file: str = "test_sched") -> str:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=26)
+    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=27)
 
 
 @pytest.fixture
@@ -361,6 +371,13 @@ PRUNED = {
                                       node("clip")),
     # A call the test made under autocast, replayed under it: without, the replay of the
     # evidence's own code returned float32 where the test computed bfloat16.
+    # A method the test calls on an object it built: the object is an argument.
+    "a method": ("lib/shapes.py", "return self.cells", "return self.rows * self.cols",
+                 node("grid_area", "test_shapes")),
+    # A method that changes its object: the object after the call is compared whole.
+    "a method changing its object": ("lib/shapes.py", "self.cells = self.rows * self.cols",
+                                     "self.cells = self.cols * self.rows",
+                                     node("grid_grows", "test_shapes")),
     "a call under autocast": ("lib/sched.py", "    return x @ w", "    return torch.matmul(x, w)",
                               node("project_under_autocast")),
 }
@@ -469,11 +486,22 @@ KEPT = {
     "a constructed object": ("lib/shapes.py", "def __init__(self, rows, cols=4):",
                              "def __init__(self, rows, cols=5):", node("grid", "test_shapes"),
                              "Grid under the new code differs at out#"),
-    # A method run on the constructed object, after its capture: outside any.
+}
+
+
+# Methods a test calls on an object it built, apart from "a constructed object" (which
+# changes every Grid those tests build).
+METHODS = {
+    # A method returns another value.
     "a method of a constructed object": ("lib/shapes.py", "return self.cells",
                                          "return self.cells + 1",
                                          node("grid_area", "test_shapes"),
-                                         "ran outside any captured call"),
+                                         "area under the new code differs at out"),
+    # A method returns nothing, and leaves its object otherwise.
+    "a method changing its object otherwise": ("lib/shapes.py", "self.rows += 1",
+                                               "self.rows += 2",
+                                               node("grid_grows", "test_shapes"),
+                                               "grow under the new code differs at args"),
 }
 
 
@@ -492,8 +520,8 @@ ELSEWHERE = ("lib/sched.py", "return a[1:]", "return a[:-1]", "window_writes_thr
 
 
 @pytest.mark.parametrize("cases", [KEPT, {"a global assigned": GLOBAL},
-                                   {"a view elsewhere in the same memory": ELSEWHERE}],
-                         ids=["each", "global", "elsewhere"])
+                                   {"a view elsewhere in the same memory": ELSEWHERE}, METHODS],
+                         ids=["each", "global", "elsewhere", "methods"])
 def test_function_changes_pruning_cannot_prove_equal_keep_their_tests(lib, cases):
     """Each change fails its test: a rule that pruned it would let a failure escape."""
     for path, old, new, _, _ in cases.values():

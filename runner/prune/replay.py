@@ -25,6 +25,7 @@ that many seconds (`budget.py`).
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import random
@@ -304,7 +305,7 @@ def _replay(path: str, root: str, timing: dict) -> tuple[dict, dict]:
     set_checkout(root, saved.get("root") or "")
     saved["state"] = _recorded_state(saved.get("state"))
     timing["load"] = time.perf_counter() - loading
-    if "function" in saved:
+    if "function" in saved or "method" in saved:
         return _replay_function(saved, root)
     module, args, kwargs = saved["module"], saved["args"], saved["kwargs"]
     _check_code(module, root)
@@ -578,7 +579,8 @@ def _replay_function(saved: dict, root: str) -> tuple[dict, dict]:
         tensors,
     )
 
-    fn, args, kwargs = saved["function"], saved["args"], saved["kwargs"]
+    fn = saved["function"] if "function" in saved else _method(saved["method"])
+    args, kwargs = saved["args"], saved["kwargs"]
     _check_function(fn, root)
     _check_state(saved.get("state"), root)
     _restore(saved)
@@ -586,7 +588,7 @@ def _replay_function(saved: dict, root: str) -> tuple[dict, dict]:
     prints = {**said, **bounded_fingerprints(out, "out"),
               **bounded_fingerprints((args, kwargs), "args"),
               **_exact("out", out), **_exact("args", (args, kwargs)),
-              "out.is": {"repr": identity(out, args, kwargs, fn)},
+              "out.is": {"repr": identity(out, args, kwargs, inspect.unwrap(fn))},
               **_globals_after(saved.get("state"), root),
               "rng": tensor_leaf(torch.get_rng_state()), **_other_rngs()}
     kept = tensors(out, "out")
@@ -596,6 +598,20 @@ def _replay_function(saved: dict, root: str) -> tuple[dict, dict]:
         prints.update(fingerprints(grads, "grads"))
         kept.update(tensors(grads, "grads"))
     return prints, kept
+
+
+def _method(reference: list[str]):
+    """The method a capture names by (module, qualified name), as this tree defines it: a
+    method the new code removed or turned into something else cannot be replayed."""
+    import importlib  # noqa: PLC0415
+
+    module, qualname = reference
+    target: object = importlib.import_module(module)
+    for part in qualname.split("."):
+        target = getattr(target, part, None)
+    if not callable(target) or isinstance(target, type):
+        raise RuntimeError(f"{module}.{qualname} is no method in this tree")
+    return target
 
 
 def _exact(prefix: str, value) -> dict:

@@ -14,11 +14,21 @@ are not captured. Generator and coroutine functions are left alone too: their bo
 after the call returns, outside what a replay of the call would see. A repository class the
 file only calls (`Trainer(cfg)`, never `isinstance(x, Trainer)`) is wrapped the same way: its
 construction is a call whose result the replay compares whole.
+
+Methods are reached through their class, not a name the test file binds: a test calls
+`trainer.train_step()` on an object a fixture built. So while a test runs, a repository
+class's method whose name the file uses only as the callee of an attribute call
+(`x.train_step(...)`, never `x.train_step` alone) is bound, on its class, to a wrapper that
+captures the calls made from that file and passes every other call (the repository's own
+`self.train_step()`) straight through. It is unbound when the test ends. The capture keeps
+the method by its module and qualified name, since pickling it by reference would find the
+wrapper.
 """
 
 from __future__ import annotations
 
 import ast
+import collections
 import functools
 import inspect
 import os
@@ -55,6 +65,23 @@ def called_only(source: str) -> frozenset[str]:
     return frozenset(called - other)
 
 
+def attributes_called_only(source: str) -> frozenset[str]:
+    """The attribute names a test file uses only as the callee of a call (`x.step()`), never
+    otherwise (`x.step`, `f(x.step)`, `x.step = ...`); special names (`__init__`) left out."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return frozenset()
+    callees = {id(node.func) for node in ast.walk(tree)
+               if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
+    called: set[str] = set()
+    other: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            (called if id(node) in callees else other).add(node.attr)
+    return frozenset(n for n in called - other if not n.startswith("__"))
+
+
 def _annotations_of(node: ast.AST) -> list[ast.expr]:
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return [node.returns] if node.returns is not None else []
@@ -72,33 +99,32 @@ class CallBindings:
         self.root = root
         self._call = call  # call(fn, args, kwargs): the capture
         self._names: dict[str, frozenset[str]] = {}
+        self._attributes: dict[str, frozenset[str]] = {}
         self._wrappers: dict[FunctionType | type, FunctionType] = {}
+        # (class, name) -> the method, and the files whose calls of it are captured now
+        self._methods: dict[tuple[type, str], tuple[FunctionType, collections.Counter]] = {}
+        self._classes: dict[str, tuple[object, list[type]]] = {}  # module -> its classes
 
     @contextmanager
     def wrapped(self, namespace: dict | None, filename: str | None) -> Iterator[int]:
         """While the block runs, `namespace`'s repository functions that the file only calls
         are bound to wrappers; yields how many."""
         swapped = self._swap(namespace, filename) if namespace is not None and filename else {}
+        methods = self._swap_methods(filename) if namespace is not None and filename else []
         try:
-            yield len(swapped)
+            yield len(swapped) + len(methods)
         finally:
             for name, fn in swapped.items():
                 if namespace.get(name) is self._wrappers.get(fn):  # type: ignore[union-attr]
                     namespace[name] = fn  # type: ignore[index]
+            self._unswap_methods(methods, filename)  # type: ignore[arg-type]
 
     def bind(self, namespace: dict, filename: str) -> int:
         """Bind for good (a child's program, which ends with its process); how many."""
         return len(self._swap(namespace, filename))
 
     def _swap(self, namespace: dict, filename: str) -> dict[str, FunctionType | type]:
-        names = self._names.get(filename)
-        if names is None:
-            try:
-                with open(filename, encoding="utf-8") as f:
-                    names = called_only(f.read())
-            except (OSError, UnicodeDecodeError):
-                names = frozenset()
-            self._names[filename] = names
+        names = _of_file(self._names, filename, called_only)
         swapped: dict[str, FunctionType | type] = {}
         for name in names:
             fn = namespace.get(name)
@@ -112,6 +138,63 @@ class CallBindings:
             namespace[name] = wrapper
             swapped[name] = fn
         return swapped
+
+    def _swap_methods(self, filename: str) -> list[tuple[type, str]]:
+        """Bind the repository's methods the file only calls (`x.name(...)`) to wrappers
+        that capture the calls made from the file; which (class, name) were bound."""
+        names = _of_file(self._attributes, filename, attributes_called_only)
+        if not names:
+            return []
+        callers = {filename, os.path.realpath(filename)}
+        bound = []
+        for cls in self._repository_classes():
+            for name in names.intersection(vars(cls)):
+                key = (cls, name)
+                entry = self._methods.get(key)
+                if entry is None:
+                    fn = vars(cls)[name]
+                    if type(fn) is not FunctionType or not self.capturable(fn):
+                        continue
+                    files: collections.Counter = collections.Counter()
+                    try:
+                        setattr(cls, name, _method_wrapper(fn, files, self._call))
+                    except (AttributeError, TypeError):
+                        continue  # a metaclass that refuses: its calls stay uncaptured
+                    entry = self._methods[key] = (fn, files)
+                entry[1].update(callers)
+                bound.append(key)
+        return bound
+
+    def _unswap_methods(self, bound: list[tuple[type, str]], filename: str) -> None:
+        callers = {filename, os.path.realpath(filename)}
+        for key in bound:
+            fn, files = self._methods[key]
+            files.subtract(callers)
+            if +files:
+                continue  # another file's block still binds it
+            del self._methods[key]
+            cls, name = key
+            if getattr(vars(cls).get(name), "__wrapped__", None) is fn:
+                setattr(cls, name, fn)
+
+    def _repository_classes(self) -> list[type]:
+        """The classes defined at the top of the repository's modules imported so far (test
+        files and conftest.py files left out), found once per module."""
+        from fastci.runner.analysis.discover import is_test_code  # noqa: PLC0415
+
+        out: list[type] = []
+        for name, module in list(sys.modules.items()):
+            known = self._classes.get(name)
+            if known is None or known[0] is not module:
+                path = os.path.realpath(getattr(module, "__file__", None) or "")
+                mine = path.startswith(self.root + os.sep) and "site-packages" not in path \
+                    and not is_test_code(os.path.relpath(path, self.root))
+                classes = [c for c in list(vars(module).values()) if isinstance(c, type)
+                           and c.__module__ == name and "." not in c.__qualname__] \
+                    if mine else []
+                known = self._classes[name] = (module, classes)
+            out.extend(known[1])
+        return out
 
     def capturable(self, fn: FunctionType | type) -> bool:
         """A function of a repository module (not a test file or conftest.py) that a replay
@@ -135,6 +218,19 @@ class CallBindings:
         return target is fn  # pickled by reference: the replay must resolve the same name
 
 
+def _of_file(cache: dict[str, frozenset[str]], filename: str,
+             names: Callable[[str], frozenset[str]]) -> frozenset[str]:
+    found = cache.get(filename)
+    if found is None:
+        try:
+            with open(filename, encoding="utf-8") as f:
+                found = names(f.read())
+        except (OSError, UnicodeDecodeError):
+            found = frozenset()
+        cache[filename] = found
+    return found
+
+
 def _constructible(obj: type) -> bool:
     """A class whose construction is captured like a function's call (`Trainer(cfg)`): what
     its constructor built is compared whole, so a change to construction code (a default, a
@@ -150,3 +246,29 @@ def _wrapper(fn: FunctionType | type, call: Callable[..., object]) -> FunctionTy
         return call(fn, args, kwargs)
 
     return captured  # type: ignore[return-value]
+
+
+def _method_wrapper(fn: FunctionType, callers: collections.Counter,
+                    call: Callable[..., object]) -> FunctionType:
+    """Captures a call made from one of `callers` (its direct caller's file); any other
+    call goes straight to the method."""
+    reference = (fn.__module__, fn.__qualname__)
+    compiling = _compiling_check()
+
+    @functools.wraps(fn)
+    def captured(*args, **kwargs):
+        # First, alone: torch.compile traces this wrapper when compiled code calls the
+        # method, and its fullgraph mode fails on what it cannot trace (sys._getframe).
+        if compiling() or callers[sys._getframe(1).f_code.co_filename] <= 0:
+            return fn(*args, **kwargs)
+        return call(fn, args, kwargs, reference)
+
+    return captured  # type: ignore[return-value]
+
+
+def _compiling_check() -> Callable[[], bool]:
+    """torch.compiler.is_compiling where torch is imported (what torch.compile's tracer
+    answers True to), else a check that is always False."""
+    torch = sys.modules.get("torch")
+    compiler = getattr(torch, "compiler", None)
+    return getattr(compiler, "is_compiling", None) or (lambda: False)

@@ -326,9 +326,11 @@ class ModuleCapture:
                     capture.digest, capture.why = None, f"output not fingerprintable: {exc}"
         return out
 
-    def call_function(self, fn, args, kwargs):
+    def call_function(self, fn, args, kwargs, reference: tuple[str, str] | None = None):
         """A test's call of a repository function through its bindings (`bindings.py`):
-        captured as a module call is, up to MAX_REPEATS calls per signature."""
+        captured as a module call is, up to MAX_REPEATS calls per signature. A method comes
+        with its `reference` (module, qualified name): its class holds the wrapper while
+        the test runs, so pickling the method by reference would fail."""
         recorder, test = self.recorder, self._test
         if test is None or _tracing(self._torch):
             return fn(*args, **kwargs)
@@ -366,8 +368,9 @@ class ModuleCapture:
         with recorder.untraced(), self._timed():
             from fastci.runner.prune.fingerprints import detached  # noqa: PLC0415 (imports torch)
 
-            self._save(capture, {"function": fn, "args": detached(args),
-                                 "kwargs": detached(kwargs)})
+            self._save(capture, {**({"function": fn} if reference is None
+                                    else {"method": list(reference)}),
+                                 "args": detached(args), "kwargs": detached(kwargs)})
         return self._run_captured(capture, enclosing, lambda: fn(*args, **kwargs), exact=True)
 
     def _module_state(self) -> dict[str, list]:

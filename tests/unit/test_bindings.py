@@ -3,6 +3,7 @@ the file uses solely as callees, so identity, callbacks and registries see the f
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import textwrap
@@ -10,7 +11,7 @@ import types
 
 import pytest
 
-from fastci.runner.record.bindings import CallBindings, called_only
+from fastci.runner.record.bindings import CallBindings, attributes_called_only, called_only
 
 
 def names(source: str) -> set[str]:
@@ -60,10 +61,22 @@ def test_a_file_that_does_not_parse_wraps_nothing():
     assert names("def test_x(:\n    lr_at(0)") == set()
 
 
+def imported(tmp_path, monkeypatch, name: str, library: str, test: str):
+    """`name`.py holding `library`, imported for real (and forgotten at teardown), and a
+    test file beside it: (the module, the test file's path)."""
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(library))
+    test_file = tmp_path / f"test_{name}.py"
+    test_file.write_text(test)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules, name, None)  # what it held now comes back at teardown
+    del sys.modules[name]
+    return importlib.import_module(name), str(test_file)
+
+
 @pytest.fixture
 def repo(tmp_path, monkeypatch):
     """A repository with one library module and one test file, imported for real."""
-    (tmp_path / "lib_b.py").write_text(textwrap.dedent("""
+    library, test = ("""
         def lr_at(step):
             return step / 10
 
@@ -80,15 +93,9 @@ def repo(tmp_path, monkeypatch):
 
         class GridError(ValueError):
             pass
-    """))
-    test_file = tmp_path / "test_lib_b.py"
-    test_file.write_text("from lib_b import lr_at, steps, later\n\n"
-                         "def test_x():\n    assert lr_at(1) and steps() and later\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    import lib_b
-
-    yield tmp_path, lib_b, str(test_file)
-    sys.modules.pop("lib_b", None)
+    """, "from lib_b import lr_at, steps, later\n\n"
+         "def test_x():\n    assert lr_at(1) and steps() and later\n")
+    return (tmp_path, *imported(tmp_path, monkeypatch, "lib_b", library, test))
 
 
 def recording_calls():
@@ -140,3 +147,113 @@ def test_a_repository_class_is_wrapped_as_its_construction_but_an_exception_is_n
         assert "__init__" not in vars(namespace["Grid"])  # the class's dict is not copied
         assert namespace["GridError"] is lib_b.GridError
     assert calls == ["Grid"] and namespace["Grid"] is lib_b.Grid
+
+
+def attributes(source: str) -> set[str]:
+    return set(attributes_called_only(textwrap.dedent(source)))
+
+
+def test_an_attribute_used_only_as_a_callee_is_a_method_to_wrap():
+    assert attributes("""
+        def test_x(trainer):
+            trainer.step()
+            assert trainer.evaluate(rows=2) == trainer.evaluate()
+            trainer.__init__(cfg)
+    """) == {"step", "evaluate"}
+
+
+@pytest.mark.parametrize("use", ["f = trainer.step", "apply(trainer.step)",
+                                 "trainer.step = None", "del trainer.step",
+                                 "assert trainer.step.__name__"])
+def test_any_other_use_of_the_attribute_leaves_the_method_alone(use):
+    assert "step" not in attributes(f"""
+        def test_x(trainer):
+            trainer.step()
+            {use}
+    """)
+
+
+@pytest.fixture
+def classes(tmp_path, monkeypatch):
+    """A repository module with a class, and a test file that calls its methods."""
+    library, test = ("""
+        class Counter:
+            def __init__(self):
+                self.n = 0
+
+            def bump(self):
+                self.n += 1
+                return self.n
+
+            def bump_twice(self):
+                self.bump()  # the repository's own call: never captured
+                return self.bump()
+
+            def items(self):
+                yield self.n
+
+        class Other:
+            def bump(self):
+                return "other"
+    """, "def test_x(counter):\n    counter.bump()\n    counter.bump_twice()\n"
+         "    counter.items()\n")
+    return (tmp_path, *imported(tmp_path, monkeypatch, "lib_c", library, test))
+
+
+def test_a_method_the_file_calls_is_captured_from_that_file_only_while_the_block_runs(classes):
+    root, lib_c, test_file = classes
+    seen: list[tuple[str, object]] = []
+
+    def call(fn, args, kwargs, reference=None):
+        seen.append((fn.__qualname__, reference))
+        return fn(*args, **kwargs)
+
+    bump, items = vars(lib_c.Counter)["bump"], vars(lib_c.Counter)["items"]
+    bindings = CallBindings(os.path.realpath(root), call)
+    counter = lib_c.Counter()
+    calls_from_the_test_file = compile(
+        "counter.bump(); counter.bump_twice(); lib_c.Other().bump()", test_file, "exec")
+    with bindings.wrapped({}, test_file) as count:
+        assert count == 3  # Counter.bump, Counter.bump_twice, Other.bump; not the generator
+        assert vars(lib_c.Counter)["items"] is items
+        exec(calls_from_the_test_file, {"counter": counter, "lib_c": lib_c})
+        assert counter.bump() == 4  # a call from another file (this one) is not captured
+    assert seen == [("Counter.bump", ("lib_c", "Counter.bump")),
+                    ("Counter.bump_twice", ("lib_c", "Counter.bump_twice")),
+                    ("Other.bump", ("lib_c", "Other.bump"))]
+    assert vars(lib_c.Counter)["bump"] is bump  # unbound after
+
+
+def test_a_method_bound_for_two_files_stays_bound_until_both_blocks_end(classes):
+    root, lib_c, test_file = classes
+    fixture_file = os.path.join(root, "conftest.py")
+    with open(fixture_file, "w") as f:
+        f.write("def make(counter):\n    return counter.bump()\n")
+    bump = vars(lib_c.Counter)["bump"]
+    bindings = CallBindings(os.path.realpath(root), lambda fn, a, k, r=None: fn(*a, **k))
+    with bindings.wrapped({}, test_file):
+        with bindings.wrapped({}, fixture_file):
+            assert vars(lib_c.Counter)["bump"] is not bump
+        assert vars(lib_c.Counter)["bump"] is not bump  # the test file's block still runs
+    assert vars(lib_c.Counter)["bump"] is bump
+
+
+def test_compiled_code_that_calls_a_bound_method_traces_it_as_the_method(classes):
+    """torch.compile(fullgraph=True) fails on a graph break; the wrapper must not cause one
+    when compiled code calls a method the test file also calls."""
+    torch = pytest.importorskip("torch")
+    root, lib_c, test_file = classes
+    with open(os.path.join(root, "lib_c.py"), "a") as f:
+        f.write("\n\nclass Scale:\n    def apply(self, x):\n        return x * 2\n")
+    sys.modules.pop("lib_c", None)
+    import lib_c as fresh
+
+    with open(test_file, "a") as f:
+        f.write("\ndef test_y(scale, x):\n    scale.apply(x)\n")
+    bindings = CallBindings(os.path.realpath(root), lambda fn, a, k, r=None: fn(*a, **k))
+    scale = fresh.Scale()
+    with bindings.wrapped({}, test_file) as count:
+        assert count >= 1 and vars(fresh.Scale)["apply"].__wrapped__ is not None
+        compiled = torch.compile(lambda x: scale.apply(x) + 1, fullgraph=True,
+                                 backend="eager")
+        assert compiled(torch.ones(2)).tolist() == [3.0, 3.0]
