@@ -30,6 +30,14 @@ NET = {
                 return y + 1.0
 
 
+        class Formatter:
+            def __init__(self, places):
+                self.places = places
+
+            def line(self, loss, shifted):
+                return f"{loss:.{self.places}f} {shifted:.1f}\\n"
+
+
         class Ranked(nn.Module):
             """Reads its launcher's rank as it runs: a replay must see the same one."""
 
@@ -43,7 +51,7 @@ NET = {
 
         import torch
 
-        from net.layers import Ranked, Scale
+        from net.layers import Formatter, Ranked, Scale
 
 
         def main(out):
@@ -59,7 +67,7 @@ NET = {
                 opt.step()
             shifted = Ranked()(torch.zeros(2))
             with open(out, "w") as fh:
-                fh.write(f"{loss.item():.6f} {shifted.sum().item():.1f}\\n")
+                fh.write(Formatter(6).line(loss.item(), shifted.sum().item()))
 
 
         if __name__ == "__main__":
@@ -169,6 +177,26 @@ def test_a_construction_that_builds_otherwise_keeps_its_test(net):
     assert net.fails(COMMAND)
     assert tests[COMMAND]["decision"] == "selected", tests[COMMAND]
     assert "differs" in tests[COMMAND]["not_pruned"]
+
+
+def test_a_method_the_child_program_calls_is_captured_and_pruned(net):
+    """`Formatter(6).line(...)` in the program: the method's call is captured as a test
+    file's is, and a change that formats the same text is pruned ..."""
+    net.edit("net/layers.py", 'return f"{loss:.{self.places}f} {shifted:.1f}\\n"',
+             'return "%.*f %.1f\\n" % (self.places, loss, shifted)')
+    tests = net.decisions()
+    assert tests[COMMAND]["decision"] == "skipped", tests[COMMAND]
+    assert any("line" in r for r in tests[COMMAND]["reasons"]), tests[COMMAND]
+
+
+def test_a_method_that_returns_otherwise_in_the_child_keeps_its_test(net):
+    """... and one that formats otherwise keeps it."""
+    net.edit("net/layers.py", 'return f"{loss:.{self.places}f} {shifted:.1f}\\n"',
+             'return f"{loss:.{self.places - 4}f} {shifted:.1f}\\n"')
+    tests = net.decisions()
+    assert net.fails(COMMAND)
+    assert tests[COMMAND]["decision"] == "selected", tests[COMMAND]
+    assert "line under the new code differs" in tests[COMMAND]["not_pruned"]
 
 
 def test_with_capture_children_off_a_child_s_code_is_never_pruned(recorded, tmp_path):

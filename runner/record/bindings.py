@@ -119,9 +119,11 @@ class CallBindings:
                     namespace[name] = fn  # type: ignore[index]
             self._unswap_methods(methods, filename)  # type: ignore[arg-type]
 
-    def bind(self, namespace: dict, filename: str) -> int:
-        """Bind for good (a child's program, which ends with its process); how many."""
-        return len(self._swap(namespace, filename))
+    def bind(self, namespace: dict, filename: str, callers: tuple[str, ...] = ()) -> int:
+        """Bind for good (a child's program, which ends with its process); how many. The
+        program's methods capture calls from `filename` and from each of `callers` (the
+        names its code runs under)."""
+        return len(self._swap(namespace, filename)) + len(self._swap_methods(filename, callers))
 
     def _swap(self, namespace: dict, filename: str) -> dict[str, FunctionType | type]:
         names = _of_file(self._names, filename, called_only)
@@ -139,13 +141,14 @@ class CallBindings:
             swapped[name] = fn
         return swapped
 
-    def _swap_methods(self, filename: str) -> list[tuple[type, str]]:
+    def _swap_methods(self, filename: str, also: tuple[str, ...] = ()) -> list[tuple[type, str]]:
         """Bind the repository's methods the file only calls (`x.name(...)`) to wrappers
-        that capture the calls made from the file; which (class, name) were bound."""
+        that capture the calls made from the file (or from `also`); which (class, name)
+        were bound."""
         names = _of_file(self._attributes, filename, attributes_called_only)
         if not names:
             return []
-        callers = {filename, os.path.realpath(filename)}
+        callers = {filename, os.path.realpath(filename), *also}
         bound = []
         for cls in self._repository_classes():
             for name in names.intersection(vars(cls)):

@@ -171,12 +171,13 @@ PROFILE_EVENTS = 500_000  # a program that never calls a function of its own: st
 
 
 def _bind_main_program(capture) -> None:
-    """The program's own calls of repository functions and classes (`Trainer(cfg)`,
-    `load_config(path)`) are captured as a test file's are (`bindings.py`), through its
-    namespace. That namespace is complete when the program first calls a function of its
-    own (`main()`, at the end of the file), so a profile hook waits for that call, binds,
-    and removes itself; torch is imported by then, which is when this runs. Names bound
-    later are not wrapped: their calls run outside any capture, and keep their test."""
+    """The program's own calls of repository functions, classes and methods (`Trainer(cfg)`,
+    `load_config(path)`, `trainer.evaluate()`) are captured as a test file's are
+    (`bindings.py`), through its namespace and its classes. That namespace is complete when
+    the program first calls a function of its own (`main()`, at the end of the file), so a
+    profile hook waits for that call, binds, and removes itself; torch is imported by then,
+    which is when this runs. Names bound later are not wrapped: their calls run outside any
+    capture, and keep their test."""
     main = sys.modules.get("__main__")
     filename = getattr(main, "__file__", None)
     if not isinstance(filename, str):
@@ -191,7 +192,7 @@ def _bind_main_program(capture) -> None:
         if event == "call" and frame.f_code.co_filename in names \
                 and frame.f_code.co_name != "<module>":
             sys.setprofile(None)
-            capture.bindings.bind(frame.f_globals, real)
+            capture.bindings.bind(frame.f_globals, real, callers=(filename,))
         elif seen[0] > PROFILE_EVENTS:
             sys.setprofile(None)
 
