@@ -101,9 +101,10 @@ class CallBindings:
         self._names: dict[str, frozenset[str]] = {}
         self._attributes: dict[str, frozenset[str]] = {}
         self._wrappers: dict[FunctionType | type, FunctionType] = {}
-        # (class, name) -> the method, and the files whose calls of it are captured now
-        self._methods: dict[tuple[type, str], tuple[FunctionType, collections.Counter]] = {}
+        self._methods: dict[tuple[type, str], _Method | None] = {}  # None: never bound
         self._classes: dict[str, tuple[object, list[type]]] = {}  # module -> its classes
+        # at how many modules, and the classes by the names in their namespace
+        self._scanned: tuple[int, dict[str, list[type]]] = (-1, {})
 
     @contextmanager
     def wrapped(self, namespace: dict | None, filename: str | None) -> Iterator[int]:
@@ -141,51 +142,48 @@ class CallBindings:
             swapped[name] = fn
         return swapped
 
-    def _swap_methods(self, filename: str, also: tuple[str, ...] = ()) -> list[tuple[type, str]]:
+    def _swap_methods(self, filename: str, also: tuple[str, ...] = ()) -> list[_Method]:
         """Bind the repository's methods the file only calls (`x.name(...)`) to wrappers
-        that capture the calls made from the file (or from `also`); which (class, name)
-        were bound."""
+        that capture the calls made from the file (or from `also`); which were bound."""
         names = _of_file(self._attributes, filename, attributes_called_only)
         if not names:
             return []
-        callers = {filename, os.path.realpath(filename), *also}
+        index = self._classes_by_method()
+        callers = (filename, *_real(filename), *also)
         bound = []
-        for cls in self._repository_classes():
-            for name in names.intersection(vars(cls)):
-                key = (cls, name)
-                entry = self._methods.get(key)
-                if entry is None:
-                    fn = vars(cls)[name]
-                    if type(fn) is not FunctionType or not self.capturable(fn):
-                        continue
-                    files: collections.Counter = collections.Counter()
-                    try:
-                        setattr(cls, name, _method_wrapper(fn, files, self._call))
-                    except (AttributeError, TypeError):
-                        continue  # a metaclass that refuses: its calls stay uncaptured
-                    entry = self._methods[key] = (fn, files)
-                entry[1].update(callers)
-                bound.append(key)
+        for name in names:
+            for cls in index.get(name, ()):
+                method = self._method(cls, name)
+                if method is not None and method.bind(callers):
+                    bound.append(method)
         return bound
 
-    def _unswap_methods(self, bound: list[tuple[type, str]], filename: str) -> None:
-        callers = {filename, os.path.realpath(filename)}
-        for key in bound:
-            fn, files = self._methods[key]
-            files.subtract(callers)
-            if +files:
-                continue  # another file's block still binds it
-            del self._methods[key]
-            cls, name = key
-            if getattr(vars(cls).get(name), "__wrapped__", None) is fn:
-                setattr(cls, name, fn)
+    def _unswap_methods(self, bound: list[_Method], filename: str) -> None:
+        callers = (filename, *_real(filename))
+        for method in bound:
+            method.unbind(callers)
 
-    def _repository_classes(self) -> list[type]:
-        """The classes defined at the top of the repository's modules imported so far (test
-        files and conftest.py files left out), found once per module."""
+    def _method(self, cls: type, name: str) -> _Method | None:
+        """The class's own method `name`, made ready to bind once; None where it is not a
+        plain function a replay can find again by name."""
+        key = (cls, name)
+        if key not in self._methods:
+            fn = vars(cls).get(name)
+            self._methods[key] = _Method(cls, name, fn, self._call) \
+                if isinstance(fn, FunctionType) and self.capturable(fn) else None
+        return self._methods[key]
+
+    def _classes_by_method(self) -> dict[str, list[type]]:
+        """Method name -> the classes defined at the top of the repository's modules
+        imported so far (test files and conftest.py files left out) whose own namespace has
+        it. Each module is looked at once, and the modules again only once more are imported:
+        a test's set-up then pays microseconds, not the 170 µs a walk over torch's 1,250
+        modules takes."""
         from fastci.runner.analysis.discover import is_test_code  # noqa: PLC0415
 
-        out: list[type] = []
+        if self._scanned[0] == len(sys.modules):
+            return self._scanned[1]
+        index: dict[str, list[type]] = collections.defaultdict(list)
         for name, module in list(sys.modules.items()):
             known = self._classes.get(name)
             if known is None or known[0] is not module:
@@ -196,8 +194,11 @@ class CallBindings:
                            and c.__module__ == name and "." not in c.__qualname__] \
                     if mine else []
                 known = self._classes[name] = (module, classes)
-            out.extend(known[1])
-        return out
+            for cls in known[1]:
+                for attribute in vars(cls):
+                    index[attribute].append(cls)
+        self._scanned = (len(sys.modules), index)
+        return index
 
     def capturable(self, fn: FunctionType | type) -> bool:
         """A function of a repository module (not a test file or conftest.py) that a replay
@@ -251,22 +252,57 @@ def _wrapper(fn: FunctionType | type, call: Callable[..., object]) -> FunctionTy
     return captured  # type: ignore[return-value]
 
 
-def _method_wrapper(fn: FunctionType, callers: collections.Counter,
-                    call: Callable[..., object]) -> FunctionType:
-    """Captures a call made from one of `callers` (its direct caller's file); any other
-    call goes straight to the method."""
-    reference = (fn.__module__, fn.__qualname__)
-    compiling = _compiling_check()
+class _Method:
+    """A repository method, and the wrapper that its class holds while one or more files'
+    blocks bind it: it captures a call made directly from one of those files, and runs the
+    method itself for any other caller."""
 
-    @functools.wraps(fn)
-    def captured(*args, **kwargs):
-        # First, alone: torch.compile traces this wrapper when compiled code calls the
-        # method, and its fullgraph mode fails on what it cannot trace (sys._getframe).
-        if compiling() or callers[sys._getframe(1).f_code.co_filename] <= 0:
-            return fn(*args, **kwargs)
-        return call(fn, args, kwargs, reference)
+    def __init__(self, cls: type, name: str, fn: FunctionType,
+                 call: Callable[..., object]) -> None:
+        self.cls, self.name, self.fn = cls, name, fn
+        self.callers: collections.Counter = collections.Counter()
+        callers, reference = self.callers, (fn.__module__, fn.__qualname__)
+        compiling = _compiling_check()
 
-    return captured  # type: ignore[return-value]
+        @functools.wraps(fn)
+        def captured(*args, **kwargs):
+            # First, alone: torch.compile traces this wrapper when compiled code calls the
+            # method, and its fullgraph mode fails on what it cannot trace (sys._getframe).
+            if compiling() or callers[sys._getframe(1).f_code.co_filename] <= 0:
+                return fn(*args, **kwargs)
+            return call(fn, args, kwargs, reference)
+
+        self.wrapper = captured
+
+    def bind(self, callers: tuple[str, ...]) -> bool:
+        """Capture the calls from `callers` too; False where the class no longer holds the
+        method (a test replaced it) or refuses the wrapper (a metaclass)."""
+        held = vars(self.cls).get(self.name)
+        if held is self.fn:
+            try:
+                setattr(self.cls, self.name, self.wrapper)
+            except (AttributeError, TypeError):
+                return False
+        elif held is not self.wrapper:
+            return False
+        self.callers.update(callers)
+        return True
+
+    def unbind(self, callers: tuple[str, ...]) -> None:
+        self.callers.subtract(callers)
+        if +self.callers:
+            return  # another file's block still binds it
+        self.callers.clear()
+        if vars(self.cls).get(self.name) is self.wrapper:
+            setattr(self.cls, self.name, self.fn)
+
+
+@functools.lru_cache(maxsize=4096)
+def _real(filename: str) -> tuple[str, ...]:
+    """The file's real path where it is another name (a realpath is 10 µs of lstat calls,
+    paid twice per test file per test without the cache)."""
+    real = os.path.realpath(filename)
+    return (real,) if real != filename else ()
 
 
 def _compiling_check() -> Callable[[], bool]:
