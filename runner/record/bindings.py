@@ -102,6 +102,8 @@ class CallBindings:
         self._attributes: dict[str, frozenset[str]] = {}
         self._wrappers: dict[FunctionType | type, FunctionType] = {}
         self._methods: dict[tuple[type, str], _Method | None] = {}  # None: never bound
+        # FASTCI_CAPTURE_METHODS=0 binds functions and classes only: what methods cost
+        self.methods = os.environ.get("FASTCI_CAPTURE_METHODS") != "0"
         self._classes: dict[str, tuple[object, list[type]]] = {}  # module -> its classes
         # at how many modules, and the classes by the names in their namespace
         self._scanned: tuple[int, dict[str, list[type]]] = (-1, {})
@@ -145,7 +147,8 @@ class CallBindings:
     def _swap_methods(self, filename: str, also: tuple[str, ...] = ()) -> list[_Method]:
         """Bind the repository's methods the file only calls (`x.name(...)`) to wrappers
         that capture the calls made from the file (or from `also`); which were bound."""
-        names = _of_file(self._attributes, filename, attributes_called_only)
+        names = _of_file(self._attributes, filename, attributes_called_only) \
+            if self.methods else frozenset()
         if not names:
             return []
         index = self._classes_by_method()

@@ -257,3 +257,12 @@ def test_compiled_code_that_calls_a_bound_method_traces_it_as_the_method(classes
         compiled = torch.compile(lambda x: scale.apply(x) + 1, fullgraph=True,
                                  backend="eager")
         assert compiled(torch.ones(2)).tolist() == [3.0, 3.0]
+
+
+def test_with_method_capture_off_only_functions_are_bound(classes, monkeypatch):
+    root, lib_c, test_file = classes
+    monkeypatch.setenv("FASTCI_CAPTURE_METHODS", "0")
+    bump = vars(lib_c.Counter)["bump"]
+    bindings = CallBindings(os.path.realpath(root), lambda fn, a, k, *_: fn(*a, **k))
+    with bindings.wrapped({}, test_file) as count:
+        assert count == 0 and vars(lib_c.Counter)["bump"] is bump
