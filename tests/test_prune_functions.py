@@ -133,9 +133,39 @@ LIB = {
             def grow(self):
                 self.rows += 1
                 self.cells = self.rows * self.cols
+
+
+        class Holder:
+            def __init__(self):
+                self.box = {"n": 0}
+
+            def bump(self):
+                self.box["n"] += 1
+
+
+        class Vocab:
+            """Pickles without its lookup cache, as tokenizers do."""
+
+            def __init__(self, words):
+                self.words = list(words)
+                self._index = None
+
+            def __getstate__(self):
+                state = dict(self.__dict__)
+                state["_index"] = None
+                return state
+
+            def index(self):
+                if self._index is None:
+                    self._index = {w: i for i, w in enumerate(self.words)}
+                return self._index
+
+            def add(self, word):
+                self.words.append(word)
+                self._index = None
     ''',
     "tests/test_shapes.py": '''
-        from lib.shapes import Grid
+        from lib.shapes import Grid, Holder, Vocab
 
 
         def test_grid():
@@ -151,6 +181,20 @@ LIB = {
             grid = Grid(2)
             grid.grow()
             assert grid.cells == 12
+
+
+        def test_holder_bumps_its_box():
+            holder = Holder()
+            box = holder.box
+            holder.bump()
+            assert box["n"] == 1
+
+
+        def test_vocab_grows():
+            vocab = Vocab(["a", "b"])
+            assert vocab.index()["b"] == 1
+            vocab.add("c")
+            assert vocab.index()["c"] == 2
     ''',
     "lib/vocab.py": '''
         def build_vocab(words):
@@ -344,7 +388,7 @@ def node(name: str, file: str = "test_sched") -> str:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=27)
+    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=29)
 
 
 @pytest.fixture
@@ -502,6 +546,18 @@ METHODS = {
                                                "self.rows += 2",
                                                node("grid_grows", "test_shapes"),
                                                "grow under the new code differs at args"),
+    # Equal values, but a copy where the object was: the test's reference to the box no
+    # longer sees the count.
+    "an equal copy put in the object's place": (
+        "lib/shapes.py", '        self.box["n"] += 1',
+        '        self.box = dict(self.box)\n        self.box["n"] += 1',
+        node("holder_bumps_its_box", "test_shapes"), "bump under the new code differs at args.is"),
+    # The object pickles without its cache: no replay can see the stale one the new code
+    # leaves, so its calls are never captured.
+    "an object that pickles part of its state": (
+        "lib/shapes.py", "        self.words.append(word)\n        self._index = None",
+        "        self.words.append(word)", node("vocab_grows", "test_shapes"),
+        "ran outside any captured call"),
 }
 
 

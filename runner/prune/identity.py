@@ -42,6 +42,22 @@ def identity(out, args, kwargs, fn, module=None) -> str:
     return _identity_of(out, _Known.of(args, kwargs, module, fn), [ELEMENTS], [])
 
 
+def held(args, kwargs) -> _Known:
+    """What the arguments hold, by identity, before a call (`holding` after it)."""
+    return _Known.of(args, kwargs, None, None)
+
+
+def holding(args, kwargs, before: _Known) -> str:
+    """Which object each place reached through the arguments holds after the call, named by
+    where it was before the call, or new: new code that puts an equal copy where the old
+    kept the object (`self.model = copy.deepcopy(self.model)`) compares equal by value,
+    yet the test's own reference to the model no longer sees what the call does to it."""
+    after = _Known.of(args, kwargs, None, None)
+    places = sorted((path, before.names.get(key, "new")) for key, path in after.names.items())
+    return "\n".join(f"{path}={was}" for path, was in places) + \
+        ("" if after.complete else "\n(not walked to its end)")
+
+
 @dataclasses.dataclass
 class _Known:
     """What a description names: the objects reached through the call's arguments (first

@@ -36,7 +36,7 @@ from contextlib import ExitStack, contextmanager
 from typing import TypedDict
 
 from fastci.runner.prune.budget import Deadline
-from fastci.runner.prune.identity import identity, tensor_attributes
+from fastci.runner.prune.identity import held, holding, identity, tensor_attributes
 from fastci.runner.prune.settle import SKIPPED, Settled
 from fastci.runner.prune.state import Digester, differing
 
@@ -584,11 +584,13 @@ def _replay_function(saved: dict, root: str) -> tuple[dict, dict]:
     _check_function(fn, root)
     _check_state(saved.get("state"), root)
     _restore(saved)
+    before = held(args, kwargs)
     out, said = _call(saved, root, lambda: fn(*args, **kwargs))
     prints = {**said, **bounded_fingerprints(out, "out"),
               **bounded_fingerprints((args, kwargs), "args"),
               **_exact("out", out), **_exact("args", (args, kwargs)),
               "out.is": {"repr": identity(out, args, kwargs, inspect.unwrap(fn))},
+              "args.is": {"repr": holding(args, kwargs, before)},
               **_globals_after(saved.get("state"), root),
               "rng": tensor_leaf(torch.get_rng_state()), **_other_rngs()}
     kept = tensors(out, "out")
