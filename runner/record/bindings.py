@@ -173,7 +173,8 @@ class CallBindings:
         if key not in self._methods:
             fn = vars(cls).get(name)
             self._methods[key] = _Method(cls, name, fn, self._call) \
-                if isinstance(fn, FunctionType) and self.capturable(fn) else None
+                if isinstance(fn, FunctionType) and self.capturable(fn) \
+                and not _is_module(cls) else None
         return self._methods[key]
 
     def _classes_by_method(self) -> dict[str, list[type]]:
@@ -265,13 +266,14 @@ class _Method:
         self.cls, self.name, self.fn = cls, name, fn
         self.callers: collections.Counter = collections.Counter()
         callers, reference = self.callers, (fn.__module__, fn.__qualname__)
-        compiling = _compiling_check()
+        # looked up again at each bind: torch may be imported after the first
+        self.compiling = compiling = [_compiling_check()]
 
         @functools.wraps(fn)
         def captured(*args, **kwargs):
             # First, alone: torch.compile traces this wrapper when compiled code calls the
             # method, and its fullgraph mode fails on what it cannot trace (sys._getframe).
-            if compiling() or callers[sys._getframe(1).f_code.co_filename] <= 0:
+            if compiling[0]() or callers[sys._getframe(1).f_code.co_filename] <= 0:
                 return fn(*args, **kwargs)
             return call(fn, args, kwargs, reference)
 
@@ -281,6 +283,7 @@ class _Method:
         """Capture the calls from `callers` too; False where the class no longer holds the
         method (a test replaced it) or refuses the wrapper (a metaclass)."""
         held = vars(self.cls).get(self.name)
+        self.compiling[0] = _compiling_check()
         if held is self.fn:
             try:
                 setattr(self.cls, self.name, self.wrapper)
@@ -298,6 +301,15 @@ class _Method:
         self.callers.clear()
         if vars(self.cls).get(self.name) is self.wrapper:
             setattr(self.cls, self.name, self.fn)
+
+
+def _is_module(cls: type) -> bool:
+    """An nn.Module's calls are captured as module calls (`capture.py`), and torch reads
+    its methods' code and globals itself (`torch.jit.script` resolves names through the
+    function's globals, a wrapper's being FastCI's): its methods are left alone."""
+    torch = sys.modules.get("torch")
+    nn = getattr(torch, "nn", None)
+    return nn is not None and issubclass(cls, nn.Module)
 
 
 @functools.lru_cache(maxsize=4096)

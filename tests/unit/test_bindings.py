@@ -238,25 +238,58 @@ def test_a_method_bound_for_two_files_stays_bound_until_both_blocks_end(classes)
     assert vars(lib_c.Counter)["bump"] is bump
 
 
-def test_compiled_code_that_calls_a_bound_method_traces_it_as_the_method(classes):
-    """torch.compile(fullgraph=True) fails on a graph break; the wrapper must not cause one
-    when compiled code calls a method the test file also calls."""
+@pytest.fixture
+def scale(classes):
+    """A plain class with a method the test file calls, and one of an nn.Module."""
     torch = pytest.importorskip("torch")
-    root, lib_c, test_file = classes
+    root, _, test_file = classes
     with open(os.path.join(root, "lib_c.py"), "a") as f:
-        f.write("\n\nclass Scale:\n    def apply(self, x):\n        return x * 2\n")
+        f.write("\n\nimport torch\n\n\nclass Scale:\n    def apply(self, x):\n"
+                "        return x * 2\n\n\nclass Net(torch.nn.Module):\n"
+                "    def encode(self, x):\n        return x + 1\n")
     sys.modules.pop("lib_c", None)
     import lib_c as fresh
 
     with open(test_file, "a") as f:
-        f.write("\ndef test_y(scale, x):\n    scale.apply(x)\n")
-    bindings = CallBindings(os.path.realpath(root), lambda fn, a, k, r=None: fn(*a, **k))
-    scale = fresh.Scale()
-    with bindings.wrapped({}, test_file) as count:
-        assert count >= 1 and vars(fresh.Scale)["apply"].__wrapped__ is not None
-        compiled = torch.compile(lambda x: scale.apply(x) + 1, fullgraph=True,
-                                 backend="eager")
-        assert compiled(torch.ones(2)).tolist() == [3.0, 3.0]
+        f.write("\ndef test_y(scale, net, x):\n    scale.apply(x)\n    net.encode(x)\n")
+    return torch, fresh, CallBindings(os.path.realpath(root), lambda fn, a, k, *_: fn(*a, **k)), \
+        test_file
+
+
+def compiled_call_works(torch, lib) -> bool:
+    scale = lib.Scale()
+    compiled = torch.compile(lambda x: scale.apply(x) + 1, fullgraph=True, backend="eager")
+    return compiled(torch.ones(2)).tolist() == [3.0, 3.0]
+
+
+def test_compiled_code_that_calls_a_bound_method_traces_it_as_the_method(scale):
+    """torch.compile(fullgraph=True) fails on a graph break; the wrapper must not cause one
+    when compiled code calls a method the test file also calls."""
+    torch, lib, bindings, test_file = scale
+    with bindings.wrapped({}, test_file):
+        assert vars(lib.Scale)["apply"].__wrapped__ is not None
+        assert compiled_call_works(torch, lib)
+
+
+def test_a_method_first_bound_before_torch_was_imported_still_lets_compiled_code_through(
+        scale, monkeypatch):
+    torch, lib, bindings, test_file = scale
+    with monkeypatch.context() as hidden:
+        hidden.delitem(sys.modules, "torch")
+        with bindings.wrapped({}, test_file):
+            pass  # the wrapper is made while torch is not imported
+    with bindings.wrapped({}, test_file):
+        assert vars(lib.Scale)["apply"].__wrapped__ is not None
+        assert compiled_call_works(torch, lib)
+
+
+def test_an_nn_module_s_methods_are_left_to_module_capture(scale):
+    """torch.jit.script resolves a method's names through its globals: a wrapper's would be
+    FastCI's, and scripting the model would fail while recording."""
+    _, lib, bindings, test_file = scale
+    encode = vars(lib.Net)["encode"]
+    with bindings.wrapped({}, test_file):
+        assert vars(lib.Net)["encode"] is encode
 
 
 def test_with_method_capture_off_only_functions_are_bound(classes, monkeypatch):
