@@ -18,6 +18,7 @@ LIB = {
     "lib/__init__.py": "",
     "lib/sched.py": '''
         import math
+        import os
         import random
 
         import torch
@@ -99,6 +100,14 @@ LIB = {
 
         def project(x, w):
             return x @ w
+
+
+        def precision():
+            return "fp32"
+
+
+        def prepare():
+            return 1
     ''',
     "lib/talk.py": '''
         import logging
@@ -236,6 +245,7 @@ LIB = {
     ''',
     "tests/test_sched.py": '''
         import logging
+        import os
         import random
         import warnings
 
@@ -246,6 +256,7 @@ LIB = {
         from lib.sched import (
             _DEFAULTS, SETTINGS, Config, configure, defaults, describe, jitter, loss, lr_at,
             make_config, noisy, scale_, clip, sign, width, window, flat_state, project,
+            precision, prepare,
         )
         from lib.talk import announce, quiet, show
 
@@ -363,6 +374,16 @@ LIB = {
             assert out.dtype == torch.bfloat16
 
 
+        def test_precision_keeps_the_default_dtype():
+            assert precision() == "fp32"
+            assert torch.ones(1).dtype == torch.float32
+
+
+        def test_prepare_leaves_the_environment():
+            assert prepare() == 1
+            assert "LIB_MODE" not in os.environ
+
+
         def test_flat_state_writes_through():
             state = {"w": torch.zeros(2, 2)}
             flat_state(state)[0] = 1.0
@@ -388,7 +409,7 @@ def node(name: str, file: str = "test_sched") -> str:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=29)
+    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=31)
 
 
 @pytest.fixture
@@ -575,9 +596,24 @@ ELSEWHERE = ("lib/sched.py", "return a[1:]", "return a[:-1]", "window_writes_thr
              "window under the new code differs at out.is")
 
 
+# What a call leaves set for the rest of the process: apart, since the test that runs next
+# in the failing run would see it too.
+PROCESS = {
+    "torch's default dtype": ("lib/sched.py", '    return "fp32"',
+                              '    torch.set_default_dtype(torch.float64)\n    return "fp32"',
+                              "precision_keeps_the_default_dtype",
+                              "precision under the new code differs at process.torch"),
+    "a variable set": ("lib/sched.py", "def prepare():\n    return 1",
+                       'def prepare():\n    os.environ["LIB_MODE"] = "fast"\n    return 1',
+                       "prepare_leaves_the_environment",
+                       "prepare under the new code differs at process.environ"),
+}
+
+
 @pytest.mark.parametrize("cases", [KEPT, {"a global assigned": GLOBAL},
-                                   {"a view elsewhere in the same memory": ELSEWHERE}, METHODS],
-                         ids=["each", "global", "elsewhere", "methods"])
+                                   {"a view elsewhere in the same memory": ELSEWHERE}, METHODS,
+                                   PROCESS],
+                         ids=["each", "global", "elsewhere", "methods", "process"])
 def test_function_changes_pruning_cannot_prove_equal_keep_their_tests(lib, cases):
     """Each change fails its test: a rule that pruned it would let a failure escape."""
     for path, old, new, _, _ in cases.values():

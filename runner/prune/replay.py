@@ -334,10 +334,34 @@ def _call(saved: dict, root: str, call) -> tuple[object, dict]:
     _watch_effects()
     with _call_environment(saved), _effects() as seen, _observed() as observed, \
             _looked_at(root, saved.get("root")) as looked, _torch_modes(saved["settings"]):
+        environ = dict(os.environ)
         out = call()
+        process = _process_state(environ, (root, saved.get("root") or root))
     if seen:
         raise RuntimeError(f"the call has an effect a replay cannot compare: {seen[0]}")
-    return out, {**observed, **looked}
+    return out, {**observed, **looked, **process}
+
+
+def _process_state(environ: dict[str, str], roots: tuple[str, ...]) -> dict:
+    """What a call can set for the rest of the process, past its return value and the
+    repository's globals: torch's global modes (`torch.set_default_dtype`, grad mode set
+    without a `with`, matmul precision, deterministic algorithms, anomaly mode) and the
+    variables it set or removed (`environ`: before the call; the tree's root written as
+    one). Taken before the replay's own modes are undone."""
+    import torch  # noqa: PLC0415
+
+    from fastci.runner.prune.fingerprints import hash_leaf  # noqa: PLC0415
+
+    modes = (torch.get_default_dtype(), torch.is_grad_enabled(),
+             torch.is_inference_mode_enabled(), torch.get_float32_matmul_precision(),
+             torch.are_deterministic_algorithms_enabled(), torch.is_anomaly_enabled(),
+             torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+    changed = sorted((k, v) for k, v in os.environ.items() if environ.get(k) != v)
+    removed = sorted(k for k in environ if k not in os.environ)
+    text = repr((changed, removed))
+    for root in sorted({r for r in roots if r}, key=len, reverse=True):
+        text = text.replace(root, "<root>")
+    return {"process.torch": hash_leaf(repr(modes)), "process.environ": hash_leaf(text)}
 
 
 def _backward(out, args, kwargs, modules: list) -> dict:
