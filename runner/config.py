@@ -48,9 +48,11 @@ class Settings:
     less runner time than capturing its calls costs on every recording, and its replays
     cost in each selection. A test with no duration on record is captured (0: capture all)."""
     capture_share: float = 0.1
-    """At most this share of a test's last duration goes to capturing its calls while it is
-    recorded; past it, calls not captured yet run uncaptured (and keep the test selected
-    when a change reaches them). A test with no duration on record has no limit (0: none)."""
+    """This share of a test's last duration goes to capturing its calls while it is recorded,
+    plus what earlier tests of the session left unspent of theirs (up to ten times its own);
+    past it, calls not captured yet run uncaptured (and keep the test selected when a change
+    reaches them). The session's captures take at most this share of the tests' durations
+    in all. A test with no duration on record has no limit (0: none)."""
     capture_children: str = "on"
     """"on": a captured test's child processes (a torchrun rank, a training command run as a
     user runs it) capture their calls too, so what they ran can be pruned; their coverage

@@ -53,6 +53,7 @@ CAPTURED = "|cap:"
 DEFAULT_BUDGET = 64 * 2**20
 MAX_SIGNATURES = 8  # captured calls per function per test; later new ones run uncaptured
 MAX_REPEATS = 8  # captured calls per (callable, signature) per test; later ones run `|in`
+BORROW = 10  # a test may add up to this many times its own allowance from earlier savings
 
 
 @dataclass
@@ -96,6 +97,8 @@ class ModuleCapture:
         self.allowance: dict[str, float] = {}  # test -> seconds its captures may take
         self.stopped: dict[str, str] = {}  # test -> why capture stopped partway
         self._left = math.inf  # seconds of capture left to the running test
+        self._granted = math.inf  # seconds the running test began with (own and borrowed)
+        self.saved = 0.0  # seconds of allowance earlier tests left unspent (`begin_test`)
         self.blobs: dict[str, Path] = {}  # digest -> spilled file
         self._digester: Digester | None = None  # made at the first capture
         self._fingerprinting = False  # the fingerprints imported, and told the checkout
@@ -140,10 +143,20 @@ class ModuleCapture:
 
     def begin_test(self, nodeid: str) -> None:
         """An uncaptured test (`uncaptured`) runs with the wrapper passing every call
-        through: its lines all count as outside any capture, so pruning keeps it."""
+        through: its lines all count as outside any capture, so pruning keeps it.
+
+        A test with an allowance may also spend what earlier tests left of theirs (`saved`),
+        up to BORROW times its own: a 0.1 s test's own share (10 ms) covers one capture of
+        a model, while a 10 s training test stops capturing at its eighth step and leaves
+        most of its second unspent. What the session's captures take in all stays within
+        the sum of the tests' allowances."""
         self._test = None if nodeid in self.uncaptured else nodeid
         self._seen, self._seen_calls, self._used = {}, set(), 0
-        self._left = self.allowance.get(nodeid, math.inf)
+        own = self.allowance.get(nodeid, math.inf)
+        if self._test is None or math.isinf(own):
+            self._left = self._granted = own
+        else:
+            self._left = self._granted = own + min(self.saved, BORROW * own)
         self._calls_of, self._repeats = {}, {}
         self.captures[nodeid] = []
 
@@ -156,10 +169,17 @@ class ModuleCapture:
             return None
         if self._child_base is None:
             self._child_base = child_capture.digests(self._environ)
-        return child_capture.request(self.budget, self.allowance.get(nodeid), self._child_base)
+        granted = None if math.isinf(self._granted) else self._granted
+        return child_capture.request(self.budget, granted, self._child_base)
 
     def end_test(self) -> None:
-        self._test = None
+        """What the test's own allowance leaves, after what it spent, stays saved for
+        later tests; a test that borrowed pays it back from the savings."""
+        if self._test is not None and not math.isinf(self._granted):
+            own = self.allowance.get(self._test, 0.0)
+            spent = self._granted - self._left
+            self.saved = max(0.0, self.saved + own - spent)
+        self._test, self._granted = None, math.inf
         self._seen, self._seen_calls = {}, set()
 
     def begin_shared(self, context: str) -> None:
@@ -260,9 +280,13 @@ class ModuleCapture:
         if self._left > 0:
             return False
         if test not in self.stopped:
-            allowed = self.allowance.get(test, 0.0)
-            self.stopped[test] = (f"capture stopped once its calls had taken {allowed:.3g} s "
-                                  "to capture (capture_share of its last run)")
+            own = self.allowance.get(test, 0.0)
+            borrowed = self._granted - own if not math.isinf(self._granted) else 0.0
+            also = f", {borrowed:.3g} s of them left unspent by earlier tests" \
+                if borrowed > 0 else ""
+            self.stopped[test] = (f"capture stopped once its calls had taken "
+                                  f"{own + borrowed:.3g} s to capture (capture_share of its "
+                                  f"last run{also})")
         return True
 
     @contextlib.contextmanager
