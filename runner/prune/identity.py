@@ -52,7 +52,7 @@ def holding(args, kwargs, before: _Known) -> str:
     where it was before the call, or new: new code that puts an equal copy where the old
     kept the object (`self.model = copy.deepcopy(self.model)`) compares equal by value,
     yet the test's own reference to the model no longer sees what the call does to it."""
-    after = _Known.of(args, kwargs, None, None)
+    after = held(args, kwargs)
     places = sorted((path, before.names.get(key, "new")) for key, path in after.names.items())
     return "\n".join(f"{path}={was}" for path, was in places) + \
         ("" if after.complete else "\n(not walked to its end)")
