@@ -667,16 +667,18 @@ def _modules_in(value, path: str = "args", depth: int = 0) -> list:
 
 
 def _globals_after(recorded: dict | None, root: str) -> dict:
-    """The digests of every recorded module's globals after the call, as fingerprints."""
+    """The digests of every recorded module's globals after the call, as fingerprints: the
+    module's own (`_own_globals`), so that the old code's replay and the new code's compare
+    equal whichever of their processes launched a kernel under Triton's interpreter first."""
     if not recorded:
         return {}
     digester = _digesters.setdefault(root, Digester(root))
     out = {}
-    for name in sorted(recorded):
+    for name, (_path, names) in sorted(recorded.items()):
         module = sys.modules.get(name)
         if module is None:
             continue
-        for key, digest in sorted(digester.module(module).items()):
+        for key, digest in sorted(_own_globals(digester, module, names).items()):
             out[f"globals.{name}.{key}"] = {"repr": str(digest)}
     return out
 

@@ -118,3 +118,32 @@ def test_triton_interpreter_helpers_a_replay_process_gained_do_not_count(monkeyp
     kernels.EXTRA = 1  # the module's own, which the recording lacks
     now = replay._own_globals(digester, kernels, recorded)
     assert differing(recorded, now) == ["EXTRA", "LIMIT"]
+
+
+def test_globals_after_a_call_leave_out_what_the_interpreter_copied_in(monkeypatch):
+    """The old code's replay and the new code's run their calls in different orders (the
+    new side splits them over two processes): the call that launches a kernel first in one
+    process is not the first in the other, so one module gained the interpreter's names
+    during the call and the other before it. Its own globals still compare: a change to
+    one of them is a difference."""
+    import sys
+
+    from fastci.runner.prune import replay
+
+    interpreter = types.ModuleType("triton.runtime.interpreter")
+    interpreter.ASTTransformer = type("ASTTransformer", (), {})
+    monkeypatch.setitem(sys.modules, "triton.runtime.interpreter", interpreter)
+    kernels = types.ModuleType("pkg.kernels")
+    kernels.SCALE = 2.0
+    monkeypatch.setitem(sys.modules, "pkg.kernels", kernels)
+    recorded = {"pkg.kernels": ["pkg/kernels.py", Digester("/nowhere").module(kernels)]}
+    before_any_launch = replay._globals_after(recorded, "/nowhere")
+    kernels.ASTTransformer = interpreter.ASTTransformer
+    after_a_launch = replay._globals_after(recorded, "/nowhere")
+    assert after_a_launch == before_any_launch
+    kernels.SCALE = 3.0
+    changed = replay._globals_after(recorded, "/nowhere")
+    assert [k for k in changed if changed[k] != before_any_launch.get(k)] == \
+        ["globals.pkg.kernels.SCALE"]
+    kernels.ASTTransformer = "the module's own"  # not the interpreter's object: compared
+    assert "globals.pkg.kernels.ASTTransformer" in replay._globals_after(recorded, "/nowhere")
