@@ -34,8 +34,10 @@ from typing import Callable, TypeVar
 T = TypeVar("T")
 OUT_OF_TIME = "not replayed: pruning's time budget ran out"
 # Seconds a local selection needs after its last replay (the decisions, the store). 0.1 left
-# the slowest selections of bench/selection.py 0.04-0.06 s past a 2 s budget.
-WRAP_UP = 0.25
+# the slowest selections of bench/selection.py 0.04-0.06 s past a 2 s budget; 0.25 left them
+# up to 0.08 s past it in 3 of 10 runs on a loaded 2-core machine (processes that see the
+# deadline late, then write, exit and are judged).
+WRAP_UP = 0.35
 
 
 class OutOfTime(BaseException):  # noqa: N818 (a signal, not an error of the replayed code)
