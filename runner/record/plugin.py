@@ -91,6 +91,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         repo = Repo.find(early_config.invocation_params.dir)
     except GitError as exc:
         raise pytest.UsageError(f"fastci: cannot record: {exc}") from None
+    _check_rootdir(early_config, repo.root)
     try:
         which = load(repo.root).recorder
     except ConfigError as exc:
@@ -102,6 +103,26 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 
         profile.instrument(recorder)
     early_config.stash[_recorder_key] = recorder
+
+
+_VALUED = ("--fastci-store", "--fastci-plan", "--fastci-out", "--fastci-capture-budget-mb",
+           "--fastci-uncaptured")
+
+
+def _check_rootdir(early_config: pytest.Config, root) -> None:
+    """pytest finds its rootdir and configuration file before it loads plugins, so the value
+    of `--fastci-out /tmp/run.json`, given apart, counts as a test path there once the file
+    exists (a second run): the rootdir becomes /tmp, and the repository's configuration
+    (`pythonpath`, `testpaths`, markers) is silently lost, which shows later as a conftest
+    that cannot import the package. Said plainly instead, where it happened: a rootdir
+    above the repository's root."""
+    given = [a for a in early_config.invocation_params.args if a in _VALUED]
+    rootpath = Path(early_config.rootpath).resolve()
+    if given and rootpath != Path(root).resolve() and rootpath in Path(root).resolve().parents:
+        raise pytest.UsageError(
+            f"fastci: give {given[0]}=VALUE with '=': given apart, pytest takes the value for "
+            f"a test path while it looks for its configuration, and found rootdir {rootpath} "
+            f"above the repository ({root})")
 
 
 def pytest_configure(config: pytest.Config) -> None:
