@@ -102,6 +102,9 @@ def fingerprints(value: Any, prefix: str, summaries: bool = True) -> dict[str, d
     return out
 
 
+# Exactly these types (not subclasses) pickle by value, hold no tree path and hide no
+# state: `exact_digest` lets them through at once. Their items are asked for on their own.
+_PICKLED_AS_IS = frozenset({int, float, bool, complex, bytes, type(None), tuple, list, dict})
 _PICKLING = ("__getstate__", "__reduce__", "__reduce_ex__", "__getnewargs__",
              "__getnewargs_ex__")
 _hiding: dict[type, bool] = {}
@@ -145,9 +148,12 @@ def exact_digest(value: Any, values: bool = True) -> str:
 
     class _Pickler(pickle.Pickler):
         def persistent_id(self, obj):
-            if _CHECKOUT:  # a path under the tree, wherever the tree is
-                if type(obj) is str and any(r in obj for r in _CHECKOUT):
-                    return "str", _unrooted(obj)
+            kind = type(obj)
+            if kind in _PICKLED_AS_IS:  # pickle asks for every object: most are these
+                return None
+            if kind is str:  # a path under the tree, wherever the tree is
+                return ("str", _unrooted(obj)) if any(r in obj for r in _CHECKOUT) else None
+            if _CHECKOUT:
                 if isinstance(obj, PurePath):  # (pickled as its parts: no part holds a root)
                     return type(obj).__name__, _unrooted(str(obj))
             if type(obj) in (set, frozenset):  # (pickle calls no reducer_override for sets)
