@@ -59,3 +59,14 @@ def test_a_value_given_apart_inside_the_repository_still_records(tmp_path):
     done = _record(root, "--fastci-out", "run.json")
     assert done.returncode == 0, done.stdout + done.stderr
     assert (root / "run.json").exists()
+
+
+def test_a_plan_given_apart_that_moves_the_rootdir_is_a_usage_error(tmp_path):
+    root = _repository((tmp_path / "repo"))
+    plan = tmp_path / "plan.json"
+    plan.write_text("{}")
+    script = Path(sys.executable).parent / "pytest"
+    apart = subprocess.run([str(script), "-q", "-p", "no:cacheprovider", "--fastci-plan",
+                            str(plan)], cwd=root, capture_output=True, text=True, timeout=300)
+    assert apart.returncode == 4, apart.stdout + apart.stderr
+    assert "--fastci-plan=VALUE" in apart.stderr and "Traceback" not in apart.stderr

@@ -81,6 +81,11 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     """Start measuring before conftest files are imported, so their lines count too."""
     ns = early_config.known_args_namespace
     if not getattr(ns, "fastci_record", False):
+        if getattr(ns, "fastci_plan", None):
+            from fastci.runner.git import GitError, Repo  # noqa: PLC0415 (start-up)
+
+            with contextlib.suppress(GitError):  # a plan needs no repository
+                _check_rootdir(early_config, Repo.find(early_config.invocation_params.dir).root)
         return
     # Imported here: pytest loads the plugin in every run, and only a recording pays for these.
     from fastci.runner.config import ConfigError, load  # noqa: PLC0415 (start-up)
