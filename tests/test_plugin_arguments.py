@@ -1,8 +1,8 @@
 """pytest finds its rootdir and configuration before it loads plugins, so a FastCI option's
 value given apart (`--fastci-out /elsewhere/run.json`) counts as a test path there once
 the file exists (a second run): the rootdir moves above the repository and its
-configuration is lost. The recording says so
-plainly, rather than failing later on a conftest that cannot import the package."""
+configuration is lost. The plugin says so plainly, rather than failing later on a
+conftest that cannot import the package."""
 
 from __future__ import annotations
 
@@ -30,12 +30,16 @@ def _repository(root: Path) -> Path:
     return root
 
 
-def _record(root: Path, *args: str) -> subprocess.CompletedProcess:
+def _pytest(root: Path, *args: str) -> subprocess.CompletedProcess:
     # The pytest script, as a developer runs it: its folder, not the repository, starts
     # sys.path, so only the configuration's pythonpath lets the conftest import the package.
     script = Path(sys.executable).parent / "pytest"
-    return subprocess.run([str(script), "-q", "-p", "no:cacheprovider", "--fastci-record",
-                           *args], cwd=root, capture_output=True, text=True, timeout=300)
+    return subprocess.run([str(script), "-q", "-p", "no:cacheprovider", *args], cwd=root,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _record(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return _pytest(root, "--fastci-record", *args)
 
 
 def test_a_value_given_apart_that_moves_the_rootdir_is_a_usage_error(tmp_path):
@@ -65,8 +69,6 @@ def test_a_plan_given_apart_that_moves_the_rootdir_is_a_usage_error(tmp_path):
     root = _repository((tmp_path / "repo"))
     plan = tmp_path / "plan.json"
     plan.write_text("{}")
-    script = Path(sys.executable).parent / "pytest"
-    apart = subprocess.run([str(script), "-q", "-p", "no:cacheprovider", "--fastci-plan",
-                            str(plan)], cwd=root, capture_output=True, text=True, timeout=300)
+    apart = _pytest(root, "--fastci-plan", str(plan))
     assert apart.returncode == 4, apart.stdout + apart.stderr
     assert "--fastci-plan=VALUE" in apart.stderr and "Traceback" not in apart.stderr

@@ -123,7 +123,7 @@ def _check_rootdir(early_config: pytest.Config, root) -> None:
     above the repository's root."""
     given = [a for a in early_config.invocation_params.args if a in _VALUED]
     rootpath = Path(early_config.rootpath).resolve()
-    if given and rootpath != Path(root).resolve() and rootpath in Path(root).resolve().parents:
+    if given and rootpath in Path(root).resolve().parents:
         raise pytest.UsageError(
             f"fastci: give {given[0]}=VALUE with '=': given apart, pytest takes the value for "
             f"a test path while it looks for its configuration, and found rootdir {rootpath} "
