@@ -14,8 +14,8 @@ them: a global whose digest differs keeps the test selected, naming it.
 A digest reads values without running their code: plain data by value (strings with the
 repository's root taken out, so that two checkouts agree), containers to a bounded depth and
 length, tensors and arrays by their bytes, functions and classes by their qualified names
-(a repository class with its plain class attributes), an instance of a repository class by
-its attributes, and any other object by its repr without addresses (a library's objects
+(a repository class, whatever its metaclass, with the data its class attributes hold), an
+instance of a repository class by its attributes (`__slots__` too), and any other object by its repr without addresses (a library's objects
 fill caches lazily: a logger's level cache, a Triton kernel's compiled variants). What that
 cannot read (state a repr hides, a container past the bounds) goes unseen, which the
 README lists among what stays uncovered.
@@ -99,8 +99,8 @@ class Digester:
             return repr(value)
         if isinstance(value, _NAMED):
             named = f"<{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', '')}>"
-            if kind is type and module is not None and value.__module__ == module:
-                return named + self._class_data(value, depth)  # type: ignore[arg-type]
+            if isinstance(value, type) and module is not None and value.__module__ == module:
+                return named + self._class_data(value, depth, module)
             if isinstance(value, ModuleType):
                 return f"<module {getattr(value, '__name__', '')}>"
             return named
@@ -126,10 +126,11 @@ class Digester:
             # root's), which a replay does not restore; what a call logs is compared apart,
             # and a call that branched on the level would not replay the test's lines.
             return f"<logger {value.name}>"
-        attributes = getattr(value, "__dict__", None)
-        if isinstance(attributes, dict) and attributes and self._ours(kind):
-            return f"<{kind.__module__}.{kind.__qualname__}>" + self.value(
-                attributes, depth + 1)
+        if self._ours(kind):
+            attributes = _attributes(value)
+            if attributes:
+                return f"<{kind.__module__}.{kind.__qualname__}>" + self.value(
+                    attributes, depth + 1)
         return self._repr(value)
 
     def _ours(self, kind: type) -> bool:
@@ -153,10 +154,16 @@ class Digester:
             text = ""
         return f"<{kind.__module__}.{kind.__qualname__} {text.replace(self.root, '<root>')}>"
 
-    def _class_data(self, cls: type, depth: int) -> str:
-        """A module's own class: its plain class attributes (a test may set them).
-        Remembered while the class holds the very same attributes, all immutable (a
-        configuration dataclass's defaults): what a capture digests most often."""
+    def _class_data(self, cls: type, depth: int, module: str) -> str:
+        """A module's own class, whatever its metaclass (`abc.ABC`, an `Enum`): its class
+        attributes that hold data (a test may set them, a method may write them through
+        `type(self)`: a count, a tensor, an object), not its functions and descriptors
+        (code, compared apart; while recording, a bound method is FastCI's wrapper). A
+        class nested in it is read the same way. Remembered while the class holds the
+        very same attributes, all immutable (a configuration dataclass's defaults): what
+        a capture digests most often."""
+        if depth >= MAX_DEPTH:
+            return ""
         attributes = vars(cls)
         values = tuple(attributes.values())
         known = self._class_texts.get((cls, depth))
@@ -164,9 +171,11 @@ class Digester:
                 and all(map(operator.is_, known[0], values)) and known[1] == tuple(attributes):
             return known[2]
         data = {k: v for k, v in attributes.items()
-                if not (k.startswith("__") and k.endswith("__")) and isinstance(
-                    v, (*_PLAIN, str, list, tuple, dict, set, frozenset))}
-        text = self.value(data, depth + 1) if data else ""
+                if not (k.startswith("__") and k.endswith("__")) and _data(v)}
+        text = ",".join(f"{k}:" + (self.value(v, depth + 1, module) if isinstance(v, type)
+                                   else self.value(v, depth + 1))
+                        for k, v in data.items())
+        text = f"{{{text}}}" if data else ""
         if all(type(v) in _IMMUTABLE for v in data.values()):
             self._class_texts[(cls, depth)] = (values, tuple(attributes), text)
         return text
@@ -192,6 +201,26 @@ class Digester:
         return None
 
 
+def _data(value: object) -> bool:
+    """Whether a class attribute holds data rather than code: not a function, method or
+    other descriptor (`property`, `staticmethod`, `cached_property`), not a module."""
+    return not (hasattr(type(value), "__get__") or isinstance(value, ModuleType))
+
+
+def _attributes(value: object) -> dict:
+    """An instance's attributes: its `__dict__`, and what its class's `__slots__` hold."""
+    found = dict(getattr(value, "__dict__", None) or {})
+    for klass in type(value).__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            if slot not in ("__dict__", "__weakref__") and slot not in found:
+                try:
+                    found[slot] = object.__getattribute__(value, slot)
+                except AttributeError:  # a slot never set
+                    continue
+    return found
+
+
 def _settled(value: object, module: str | None) -> bool:
     """Whether a value's digest follows from its identity: immutable plain data, and
     functions and classes, which are digested by name, but the module's own classes (their
@@ -200,7 +229,7 @@ def _settled(value: object, module: str | None) -> bool:
     if kind in _IMMUTABLE:
         return True
     if isinstance(value, _NAMED):
-        return not (kind is type and value.__module__ == module)
+        return not (isinstance(value, type) and value.__module__ == module)
     return False
 
 

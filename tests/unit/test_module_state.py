@@ -5,6 +5,8 @@ the digest does not."""
 
 from __future__ import annotations
 
+import abc
+import functools
 import threading
 import types
 
@@ -35,21 +37,34 @@ def other(x):
     lambda m: m.ITEMS.append(3),                      # a list grown
     lambda m: setattr(m.Settings, "debug", True),     # a class attribute set
     lambda m: setattr(m.DEFAULT, "lr", 0.5),          # an instance's attribute
+    lambda m: setattr(m.Base, "count", 1),            # an abc.ABC's class attribute
+    lambda m: m.Settings.totals.add_(1.0),            # a class's tensor, in place
+    lambda m: setattr(m.Settings.Inner, "depth", 2),  # a nested class's attribute
 ])
 @pytest.mark.parametrize("one_digester", [False, True], ids=["fresh", "session"])
 def test_a_change_a_test_could_make_changes_the_digest(change, one_digester):
     # `session`: one Digester digests before and after, as a recording does, so what it
     # remembers of values whose identity settles their digest must not hide a change.
+    import torch  # noqa: PLC0415 (a dependency of FastCI: never skipped)
+
     class Settings:
         debug = False
+        totals = torch.zeros(2)
+
+        class Inner:
+            depth = 1
 
         def method(self):
             return self
 
-    Settings.__module__ = "pkg.config"
+    class Base(abc.ABC):
+        count = 0
+
+    for cls in (Settings, Settings.Inner, Base):
+        cls.__module__ = "pkg.config"
     default = types.SimpleNamespace(lr=0.1)
     mod = module(MODE={"factor": 1.0}, LIMIT=3, step=helper, ITEMS=[1, 2],
-                 Settings=Settings, DEFAULT=default)
+                 Settings=Settings, DEFAULT=default, Base=Base)
     first = Digester("/checkout")
     before = first.module(mod)
     change(mod)
@@ -62,6 +77,49 @@ def test_what_two_checkouts_and_processes_disagree_on_does_not_count():
     two = module(ROOT="/two/data", lock=threading.Lock(), obj=object(), __file__="/two/x.py")
     vars(two)["@py_builtins"] = __builtins__  # pytest's assertion rewriting in a test module
     assert Digester("/one").module(one) == Digester("/two").module(two)
+
+
+def test_a_method_bound_to_a_wrapper_is_code_not_state():
+    # While a test runs, method capture binds its class's method to FastCI's wrapper, which
+    # a replay's fresh process never has; descriptors are code, compared apart.
+    class Trainer(abc.ABC):
+        steps = 0
+
+        def step(self):
+            return self
+
+        @property
+        def size(self):
+            return 1
+
+    Trainer.__module__ = "pkg.config"
+    digester = Digester("/checkout")
+    before = digester.module(module(Trainer=Trainer))
+    original = Trainer.step
+
+    @functools.wraps(original)
+    def wrapper(self):
+        return original(self)
+
+    Trainer.step = wrapper
+    Trainer.size = property(lambda self: 2)
+    assert digester.module(module(Trainer=Trainer)) == before
+
+
+class Slotted:
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
+def test_an_object_s_slots_are_its_state():
+    # A repository object: its class's module is a file under the checkout.
+    digester = Digester(__file__.rsplit("/", 1)[0])
+    tally = Slotted()
+    before = digester.module(module(TALLY=tally))
+    tally.n = 1
+    assert digester.module(module(TALLY=tally)) != before
 
 
 def test_a_tensor_changed_in_place_changes_the_digest():

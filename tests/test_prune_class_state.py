@@ -1,0 +1,146 @@
+"""Pruning and the state a class keeps: attributes set on a class rather than an instance.
+
+A method that writes `type(self).totals += x` leaves its result in the class, which neither
+the return value nor the arguments hold; a test that set `Scaler.factor = 5` first leaves
+state a fresh replay process lacks. A class with a metaclass (`abc.ABC`) holds such state
+as any class does, and an object whose class declares `__slots__` holds it outside a
+`__dict__`. Each change here fails its test: a replay that compared less of the
+class would let the failure escape. Each test puts back what it set, so that the calls a
+later test made find the state a fresh process holds.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import Project
+
+LIB = {
+    "lib/__init__.py": "",
+    "lib/meters.py": '''
+        import abc
+
+        import torch
+
+
+        class Meter:
+            totals = torch.zeros(2)
+
+            def add(self, x):
+                type(self).totals += x
+
+
+        class Counter(abc.ABC):
+            count = 0
+
+            def tick(self):
+                type(self).count += 1
+
+
+        class Scaler(abc.ABC):
+            factor = 1
+
+            def apply(self, x):
+                return x
+
+
+        class Tally:
+            __slots__ = ("n",)
+
+            def __init__(self):
+                self.n = 0
+
+
+        TALLY = Tally()
+
+
+        def bump():
+            TALLY.n += 1
+    ''',
+    "tests/test_meters.py": '''
+        import torch
+
+        from lib.meters import TALLY, Counter, Meter, Scaler, bump
+
+
+        def test_meter_totals():
+            try:
+                Meter().add(torch.ones(2))
+                assert float(Meter.totals.sum()) == 2.0
+            finally:
+                Meter.totals.zero_()
+
+
+        def test_counter_ticks():
+            try:
+                Counter().tick()
+                assert Counter.count == 1
+            finally:
+                Counter.count = 0
+
+
+        def test_scaler_under_a_factor_the_test_set():
+            Scaler.factor = 5
+            try:
+                assert Scaler().apply(2) == 2
+            finally:
+                Scaler.factor = 1
+
+
+        def test_tally_bumped():
+            try:
+                bump()
+                assert TALLY.n == 1
+            finally:
+                TALLY.n = 0
+    ''',
+}
+
+
+def node(name: str) -> str:
+    return f"tests/test_meters.py::test_{name}"
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=4)
+
+
+@pytest.fixture
+def lib(recorded, tmp_path) -> Project:
+    return Project.copied(recorded, tmp_path / "repo")
+
+
+KEPT = {
+    # A tensor the class holds, written through the class.
+    "a class's tensor": ("type(self).totals += x", "type(self).totals += 2 * x",
+                         "meter_totals", "lib.meters.Meter"),
+    # A class with a metaclass (abc.ABC), its count written through the class.
+    "an ABC's attribute written": ("type(self).count += 1", "type(self).count += 2",
+                                   "counter_ticks", "lib.meters.Counter"),
+    # An ABC's attribute the test set, which new code reads: a fresh process holds 1.
+    "an ABC's attribute the test set": ("        return x\n",
+                                        "        return x * type(self).factor\n",
+                                        "scaler_under_a_factor_the_test_set",
+                                        "lib.meters.Scaler"),
+    # A module's object whose class keeps its attributes in `__slots__`, not a `__dict__`.
+    "a slotted global written": ("TALLY.n += 1", "TALLY.n += 2", "tally_bumped",
+                                 "bump under the new code differs at globals.lib.meters.TALLY"),
+}
+
+
+@pytest.mark.parametrize("case", list(KEPT))
+def test_what_a_class_holds_keeps_the_tests_that_changed_it(lib, case):
+    """One change at a time: a replay process that ran one changed call holds a class
+    another call then reads, which would keep that test for another reason."""
+    old, new, name, why = KEPT[case]
+    lib.edit("lib/meters.py", old, new)
+    test = lib.decisions()[node(name)]
+    assert test["decision"] == "selected", test
+    assert why in test.get("not_pruned", ""), test
+    assert lib.fails(node(name))
+
+
+def test_an_equal_write_through_the_class_is_pruned(lib):
+    lib.edit("lib/meters.py", "type(self).totals += x", "type(self).totals.add_(x)")
+    test = lib.decisions()[node("meter_totals")]
+    assert test["decision"] == "skipped", test
