@@ -14,8 +14,9 @@ them: a global whose digest differs keeps the test selected, naming it.
 A digest reads values without running their code: plain data by value (strings with the
 repository's root taken out, so that two checkouts agree), containers to a bounded depth and
 length, tensors and arrays by their bytes, functions and classes by their qualified names
-(a repository class, whatever its metaclass, with the data its class attributes hold), an
-instance of a repository class by its attributes (`__slots__` too), and any other object by its repr without addresses (a library's objects
+(a repository class, whatever its metaclass, with the data its class attributes hold, and a
+module's function with its attributes), an instance of a repository class by its attributes
+(`__slots__` too), and any other object by its repr without addresses (a library's objects
 fill caches lazily: a logger's level cache, a Triton kernel's compiled variants). What that
 cannot read (state a repr hides, a container past the bounds) goes unseen, which the
 README lists among what stays uncovered.
@@ -73,7 +74,8 @@ class Digester:
         memo, out = held[1], {}
         for key, value in list(namespace.items()):
             known = memo.get(key)
-            if known is not None and known[0] is value:
+            if known is not None and known[0] is value and not (
+                    type(value) is FunctionType and value.__dict__):  # it gained attributes
                 if known[1] is not None:
                     out[key] = known[1]
                 continue
@@ -101,6 +103,12 @@ class Digester:
             named = f"<{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', '')}>"
             if isinstance(value, type) and module is not None and value.__module__ == module:
                 return named + self._class_data(value, depth, module)
+            if kind is FunctionType and module is not None and value.__module__ == module \
+                    and value.__dict__:
+                # a function's attributes: a warn-once flag, a count, a registry it keeps
+                data = {k: v for k, v in value.__dict__.items()
+                        if not (k.startswith("__") and k.endswith("__"))}
+                return named + (self.value(data, depth + 1) if data else "")
             if isinstance(value, ModuleType):
                 return f"<module {getattr(value, '__name__', '')}>"
             return named
@@ -224,10 +232,13 @@ def _attributes(value: object) -> dict:
 def _settled(value: object, module: str | None) -> bool:
     """Whether a value's digest follows from its identity: immutable plain data, and
     functions and classes, which are digested by name, but the module's own classes (their
-    class attributes are digested, and a test may set them)."""
+    class attributes are digested, and a test may set them) and functions that hold
+    attributes (digested too; `Digester.module` looks again once one gains them)."""
     kind = type(value)
     if kind in _IMMUTABLE:
         return True
+    if kind is FunctionType and value.__dict__:
+        return False
     if isinstance(value, _NAMED):
         return not (isinstance(value, type) and value.__module__ == module)
     return False

@@ -40,6 +40,8 @@ def other(x):
     lambda m: setattr(m.Base, "count", 1),            # an abc.ABC's class attribute
     lambda m: m.Settings.totals.add_(1.0),            # a class's tensor, in place
     lambda m: setattr(m.Settings.Inner, "depth", 2),  # a nested class's attribute
+    lambda m: setattr(m.warn_once, "done", True),     # a function's attribute set
+    lambda m: m.hooks.registered.append(print),       # ... and one it holds, grown
 ])
 @pytest.mark.parametrize("one_digester", [False, True], ids=["fresh", "session"])
 def test_a_change_a_test_could_make_changes_the_digest(change, one_digester):
@@ -60,11 +62,19 @@ def test_a_change_a_test_could_make_changes_the_digest(change, one_digester):
     class Base(abc.ABC):
         count = 0
 
-    for cls in (Settings, Settings.Inner, Base):
-        cls.__module__ = "pkg.config"
+    def warn_once():
+        return None
+
+    def hooks():
+        return None
+
+    hooks.registered = []  # type: ignore[attr-defined]
+    for own in (Settings, Settings.Inner, Base, warn_once, hooks):
+        own.__module__ = "pkg.config"
     default = types.SimpleNamespace(lr=0.1)
     mod = module(MODE={"factor": 1.0}, LIMIT=3, step=helper, ITEMS=[1, 2],
-                 Settings=Settings, DEFAULT=default, Base=Base)
+                 Settings=Settings, DEFAULT=default, Base=Base, warn_once=warn_once,
+                 hooks=hooks)
     first = Digester("/checkout")
     before = first.module(mod)
     change(mod)

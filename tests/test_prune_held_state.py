@@ -1,12 +1,14 @@
-"""Pruning and the state a class keeps: attributes set on a class rather than an instance.
+"""Pruning and the state a module's objects keep outside a call's arguments: attributes set
+on a class rather than an instance, on a slotted object, on a function.
 
 A method that writes `type(self).totals += x` leaves its result in the class, which neither
 the return value nor the arguments hold; a test that set `Scaler.factor = 5` first leaves
 state a fresh replay process lacks. A class with a metaclass (`abc.ABC`) holds such state
-as any class does, and an object whose class declares `__slots__` holds it outside a
-`__dict__`. Each change here fails its test: a replay that compared less of the
-class would let the failure escape. Each test puts back what it set, so that the calls a
-later test made find the state a fresh process holds.
+as any class does, an object whose class declares `__slots__` holds it outside a
+`__dict__`, and a function holds attributes as any object does. Each change here fails its
+test: a replay that compared less of that state would let the failure escape. Each test
+puts back what it set, so that the calls a later test made find the state a fresh process
+holds.
 """
 
 from __future__ import annotations
@@ -55,11 +57,22 @@ LIB = {
 
         def bump():
             TALLY.n += 1
+
+
+        def seen():
+            return None
+
+
+        seen.calls = 0
+
+
+        def note():
+            seen.calls += 1
     ''',
     "tests/test_meters.py": '''
         import torch
 
-        from lib.meters import TALLY, Counter, Meter, Scaler, bump
+        from lib.meters import TALLY, Counter, Meter, Scaler, bump, note, seen
 
 
         def test_meter_totals():
@@ -92,6 +105,14 @@ LIB = {
                 assert TALLY.n == 1
             finally:
                 TALLY.n = 0
+
+
+        def test_note_counts_on_a_function():
+            try:
+                note()
+                assert seen.calls == 1
+            finally:
+                seen.calls = 0
     ''',
 }
 
@@ -102,7 +123,7 @@ def node(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=4)
+    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=5)
 
 
 @pytest.fixture
@@ -125,6 +146,10 @@ KEPT = {
     # A module's object whose class keeps its attributes in `__slots__`, not a `__dict__`.
     "a slotted global written": ("TALLY.n += 1", "TALLY.n += 2", "tally_bumped",
                                  "bump under the new code differs at globals.lib.meters.TALLY"),
+    # A module's function that keeps a count as its attribute (a warn-once flag, a registry).
+    "a function's attribute written": (
+        "seen.calls += 1", "seen.calls += 2", "note_counts_on_a_function",
+        "note under the new code differs at globals.lib.meters.seen"),
 }
 
 
