@@ -68,11 +68,16 @@ LIB = {
 
         def note():
             seen.calls += 1
+
+
+        def scaled(x):
+            return x + 0
     ''',
     "tests/test_meters.py": '''
         import torch
 
-        from lib.meters import TALLY, Counter, Meter, Scaler, bump, note, seen
+        import lib.meters as meters
+        from lib.meters import TALLY, Counter, Meter, Scaler, bump, note, scaled, seen
 
 
         def test_meter_totals():
@@ -113,6 +118,14 @@ LIB = {
                 assert seen.calls == 1
             finally:
                 seen.calls = 0
+
+
+        def test_scaled_under_a_global_the_test_added():
+            meters.OVERRIDE = 3
+            try:
+                assert scaled(2) == 2
+            finally:
+                del meters.OVERRIDE
     ''',
 }
 
@@ -123,7 +136,7 @@ def node(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=5)
+    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=6)
 
 
 @pytest.fixture
@@ -150,6 +163,12 @@ KEPT = {
     "a function's attribute written": (
         "seen.calls += 1", "seen.calls += 2", "note_counts_on_a_function",
         "note under the new code differs at globals.lib.meters.seen"),
+    # A global the test added, which new code reads where it exists: a fresh process has
+    # none, and the new code's fallback there computes what the old code did.
+    "a global the test added": (
+        "    return x + 0", "    try:\n        return x * OVERRIDE\n    except NameError:\n"
+        "        return x + 0", "scaled_under_a_global_the_test_added",
+        "module state differs from what the test had at the call: lib.meters.OVERRIDE"),
 }
 
 

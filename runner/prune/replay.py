@@ -38,7 +38,7 @@ from typing import TypedDict
 from fastci.runner.prune.budget import Deadline
 from fastci.runner.prune.identity import held, holding, identity, tensor_attributes
 from fastci.runner.prune.settle import SKIPPED, Settled
-from fastci.runner.prune.state import Digester, differing
+from fastci.runner.prune.state import Digester, differing, own_globals
 
 UPSTREAM_SEED = 20261129
 FLUSH_MARGIN = 0.2  # seconds before a deadline past which the last launches are not written
@@ -668,7 +668,7 @@ def _modules_in(value, path: str = "args", depth: int = 0) -> list:
 
 def _globals_after(recorded: dict | None, root: str) -> dict:
     """The digests of every recorded module's globals after the call, as fingerprints: the
-    module's own (`_own_globals`), so that the old code's replay and the new code's compare
+    module's own (`own_globals`), so that the old code's replay and the new code's compare
     equal whichever of their processes launched a kernel under Triton's interpreter first."""
     if not recorded:
         return {}
@@ -678,7 +678,7 @@ def _globals_after(recorded: dict | None, root: str) -> dict:
         module = sys.modules.get(name)
         if module is None:
             continue
-        for key, digest in sorted(_own_globals(digester, module, names).items()):
+        for key, digest in sorted(own_globals(digester, module, names).items()):
             out[f"globals.{name}.{key}"] = {"repr": str(digest)}
     return out
 
@@ -793,7 +793,7 @@ def _check_state(recorded: dict | None, root: str) -> None:
     digester = _digesters.setdefault(root, Digester(root))
     differ = [f"{name}.{key}" for name, (_path, names) in sorted(recorded.items())
               if name in sys.modules
-              for key in differing(names, _own_globals(digester, sys.modules[name], names))]
+              for key in differing(names, own_globals(digester, sys.modules[name], names))]
     if differ:
         raise RuntimeError(f"module state differs from what the test had at the call: "
                            f"{', '.join(differ[:3])}{' ...' if len(differ) > 3 else ''} (the "
@@ -801,20 +801,6 @@ def _check_state(recorded: dict | None, root: str) -> None:
 
 
 _digesters: dict[str, Digester] = {}
-
-
-def _own_globals(digester: Digester, module, recorded: dict[str, str]) -> dict[str, str]:
-    """The module's global digests here, less the names Triton's interpreter copied in from
-    its own namespace at an earlier replay's first launch, where the recording was made
-    before any (a child's first call): they are no state of the module's own, and a replay
-    process that launched a kernel before this call has them where the test had not."""
-    now = digester.module(module)
-    interpreter = sys.modules.get("triton.runtime.interpreter")
-    if interpreter is None:
-        return now
-    theirs, mine = vars(interpreter), vars(module)
-    return {k: v for k, v in now.items()
-            if k in recorded or k not in theirs or mine.get(k) is not theirs[k]}
 
 
 def _compare(kept: dict, before_path: str) -> dict:

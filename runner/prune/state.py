@@ -248,12 +248,28 @@ _IMMUTABLE = frozenset((bool, int, float, complex, bytes, str, type(None)))
 
 
 def differing(recorded: dict[str, str], now: dict[str, str]) -> list[str]:
-    """The globals whose value differs from what was recorded, or that the recording lacks
-    (the test deleted them). A name only the recording has is one something added as the
-    session ran (Triton's interpreter adds its helpers to a kernel's module at the first
-    launch; a test may add one): a fresh process lacks it, and code that reads it there
-    fails, which keeps its tests."""
-    return sorted(k for k in now if recorded.get(k) != now[k])
+    """The globals whose value differs from what was recorded, that the recording lacks
+    (the test deleted them), or that only the recording has: a name a test or fixture added
+    (`mod.OVERRIDE = 3`), which a fresh process lacks, and which new code may read where it
+    exists (`try: OVERRIDE` / `except NameError`). Both sides digest through `own_globals`,
+    so the names Triton's interpreter copies in are on neither."""
+    return sorted(k for k in now.keys() | recorded.keys() if recorded.get(k) != now.get(k))
+
+
+def own_globals(digester: Digester, module: ModuleType,
+                recorded: dict[str, str] | None = None) -> dict[str, str]:
+    """The module's global digests, less the names Triton's interpreter copied in from its
+    own namespace at the process's first launch of a kernel in that module: no state of the
+    module's own, and present in one process and not another by the order calls ran in (a
+    recording that launched before the call, a replay that did not). A name the recording
+    digested is kept (`recorded`): the module's own, under a name the interpreter has too."""
+    now = digester.module(module)
+    interpreter = sys.modules.get("triton.runtime.interpreter")
+    if interpreter is None:
+        return now
+    theirs, mine, recorded = vars(interpreter), vars(module), recorded or {}
+    return {k: v for k, v in now.items()
+            if k in recorded or k not in theirs or mine.get(k) is not theirs[k]}
 
 
 def _tensor_digest(torch, value) -> str:
@@ -265,4 +281,4 @@ def _tensor_digest(torch, value) -> str:
     return hashlib.blake2b(raw, digest_size=12).hexdigest()
 
 
-__all__ = ["Digester", "differing"]
+__all__ = ["Digester", "differing", "own_globals"]

@@ -404,7 +404,10 @@ class ModuleCapture:
         repository module imported so far but test files and conftest.py files
         (`prune/state.py`): what the replay must find."""
         from fastci.runner.analysis.discover import is_test_code  # noqa: PLC0415
-        from fastci.runner.prune.state import Digester  # noqa: PLC0415 (the prune package imports this one)
+        from fastci.runner.prune.state import (  # noqa: PLC0415 (the prune package imports this one)
+            Digester,
+            own_globals,
+        )
 
         recorder = self.recorder
         recorder.scan_modules()  # a module the test imported lazily counts too
@@ -420,7 +423,7 @@ class ModuleCapture:
                     path = None  # pytest's (fixtures, marks, asserts): no fresh import has it
                 paths[name] = path
             if path is not None:
-                out[name] = [path, self._digester.module(module)]
+                out[name] = [path, own_globals(self._digester, module)]
         return out
 
     def _session_environment(self) -> dict:

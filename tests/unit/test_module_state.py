@@ -12,7 +12,7 @@ import types
 
 import pytest
 
-from fastci.runner.prune.state import Digester, differing
+from fastci.runner.prune.state import Digester, differing, own_globals
 
 
 def module(name: str = "pkg.config", **values) -> types.ModuleType:
@@ -144,10 +144,10 @@ def test_a_tensor_changed_in_place_changes_the_digest():
     assert Digester("/checkout").module(module(TABLE=torch.arange(6.0))) == before
 
 
-def test_a_global_deleted_counts_and_one_added_while_running_does_not():
+def test_a_global_deleted_or_added_while_running_counts():
     digester = Digester("/checkout")
-    recorded = digester.module(module(LIMIT=3, np_helper=len))  # Triton's interpreter adds
-    assert differing(recorded, digester.module(module(LIMIT=3))) == []  # fresh: no helper
+    recorded = digester.module(module(LIMIT=3, OVERRIDE=5))  # the test added OVERRIDE
+    assert differing(recorded, digester.module(module(LIMIT=3))) == ["OVERRIDE"]  # fresh
     assert differing(digester.module(module()), digester.module(module(LIMIT=3))) == ["LIMIT"]
 
 
@@ -170,9 +170,8 @@ def test_triton_interpreter_helpers_a_replay_process_gained_do_not_count(monkeyp
     """Triton's interpreter copies its own namespace into a kernel's module at the first
     launch. A call recorded before any launch (a child's first) replays in a process where an
     earlier replay launched one: those names are no state of the module's own. A name the
-    module holds of its own, which the recording lacks, still counts (a test deleted it)."""
-    from fastci.runner.prune import replay
-
+    module holds of its own, which the recording lacks, still counts (a test deleted it).
+    The other way round too: a recording made after a launch leaves the names out."""
     interpreter = types.ModuleType("triton.runtime.interpreter")
     interpreter.GridExecutor = type("GridExecutor", (), {})
     interpreter.LIMIT = 3
@@ -180,12 +179,16 @@ def test_triton_interpreter_helpers_a_replay_process_gained_do_not_count(monkeyp
     kernels = types.ModuleType("kernels")
     kernels.SCALE = 2.0
     digester = Digester("/nowhere")
-    recorded = digester.module(kernels)
+    recorded = own_globals(digester, kernels)
     kernels.GridExecutor = interpreter.GridExecutor  # what the interpreter copied in
     kernels.LIMIT = 4  # the module's own value under a name the interpreter also has
     kernels.EXTRA = 1  # the module's own, which the recording lacks
-    now = replay._own_globals(digester, kernels, recorded)
+    now = own_globals(digester, kernels, recorded)
     assert differing(recorded, now) == ["EXTRA", "LIMIT"]
+    del kernels.LIMIT, kernels.EXTRA
+    fresh = types.ModuleType("kernels")
+    fresh.SCALE = 2.0
+    assert differing(own_globals(digester, kernels), own_globals(digester, fresh)) == []
 
 
 def test_globals_after_a_call_leave_out_what_the_interpreter_copied_in(monkeypatch):
