@@ -12,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import pickle
 import sys
+import types
 from pathlib import PurePath
 from typing import Any, Iterator
 
@@ -171,13 +173,55 @@ def exact_digest(value: Any, values: bool = True) -> str:
                     value = leaf["hash"]
                 else:
                     value = ""
+                # its gradient (a call that clips or sets it), and what Python attributes
+                # it carries (`p.no_decay = True`): pickled in turn, through this method
                 return ("tensor", value, str(t.dtype), tuple(t.shape), tuple(t.stride()),
-                        t.device.type, t.layout, obj.requires_grad)
+                        t.device.type, t.layout, obj.requires_grad, _grad(obj),
+                        _tensor_attributes(obj))
             return None
 
     buffer = io.BytesIO()
     _Pickler(buffer, protocol=4).dump(value)
     return _short_hash(buffer.getvalue())
+
+
+def _grad(t: torch.Tensor) -> torch.Tensor | None:
+    """A leaf's gradient (a non-leaf has none of its own, and asking warns)."""
+    return t.grad if t.is_leaf else None
+
+
+def _tensor_attributes(t: torch.Tensor) -> dict:
+    """The Python attributes set on a tensor or parameter (`sequence_parallel`, `no_decay`)."""
+    try:
+        return dict(t.__dict__)
+    except AttributeError:  # a tensor subclass without a __dict__
+        return {}
+
+
+def _with_grad(rebuild, args: tuple, grad: torch.Tensor) -> torch.Tensor:
+    """Unpickles a tensor that `saving_grads` saved with its gradient."""
+    tensor = rebuild(*args)
+    tensor.grad = grad
+    return tensor
+
+
+class _GradPickler(pickle.Pickler):
+    """Pickles a leaf tensor with its gradient, which a tensor's own pickling drops: a
+    call that clips or reads gradients (`clip_grad_norm_`) replays on what the test had."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, torch.Tensor) and obj.is_leaf and obj.grad is not None:
+            reduced = obj.__reduce_ex__(2)
+            if len(reduced) != 2:
+                raise TypeError(f"a {type(obj).__qualname__} with a gradient pickles in a "
+                                "form its gradient cannot join")
+            return _with_grad, (reduced[0], reduced[1], obj.grad)
+        return NotImplemented
+
+
+saving_grads = types.ModuleType("fastci_saving_grads")
+saving_grads.__doc__ = "A `pickle_module` for torch.save that keeps tensors' gradients."
+saving_grads.Pickler = _GradPickler  # type: ignore[attr-defined]
 
 
 def _in_order(items: set | frozenset) -> list:
@@ -214,23 +258,37 @@ def tensors(value: Any, prefix: str) -> dict[str, torch.Tensor]:
     return {p: t for p, t in walk(value, prefix) if isinstance(t, torch.Tensor)}
 
 
-def detached(value: Any, depth: int = 0) -> Any:
-    """A copy of a call's arguments that torch.save accepts: tensors become leaves (a
-    non-leaf tensor that requires grad cannot be pickled), keeping requires_grad."""
+def detached(value: Any, depth: int = 0, memo: dict | None = None) -> Any:
+    """A view of a call's arguments that torch.save accepts: tensors become leaves (a
+    non-leaf tensor that requires grad cannot be pickled), keeping requires_grad, their
+    gradient and their Python attributes. Each stays a view of its memory, so arguments
+    that share it share it in the replay too (`ema_(w, w)`, a buffer and its slice), and
+    one object passed twice is one object there."""
+    memo = {} if memo is None else memo
+    known = memo.get(id(value))
+    if known is not None:
+        return known[1]
     if isinstance(value, torch.Tensor):
-        copy = value.detach().clone()
+        copy = value.detach()
         if value.requires_grad and (copy.is_floating_point() or copy.is_complex()):
             copy.requires_grad_(True)
+            if value.is_leaf and value.grad is not None:
+                copy.grad = value.grad.detach()
+        copy.__dict__.update(_tensor_attributes(value))
+        memo[id(value)] = (value, copy)
         return copy
     if depth >= MAX_DEPTH:
         return value
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(detached(v, depth + 1) for v in value)
-    if isinstance(value, list):
-        return [detached(v, depth + 1) for v in value]
-    if isinstance(value, dict):
-        return {k: detached(v, depth + 1) for k, v in value.items()}
-    return value
+        out: Any = tuple(detached(v, depth + 1, memo) for v in value)
+    elif isinstance(value, list):
+        out = [detached(v, depth + 1, memo) for v in value]
+    elif isinstance(value, dict):
+        out = {k: detached(v, depth + 1, memo) for k, v in value.items()}
+    else:
+        return value
+    memo[id(value)] = (value, out)
+    return out
 
 
 def _finite(x: float) -> float | None:

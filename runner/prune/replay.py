@@ -378,6 +378,14 @@ def _backward(out, args, kwargs, modules: list) -> dict:
     generator = torch.Generator().manual_seed(UPSTREAM_SEED)
     upstream = [torch.randn(t.shape, generator=generator, dtype=torch.float32)
                 .to(dtype=t.dtype, device=t.device) for t in outs]
+    # The gradients this backward alone gives: a capture keeps the ones the test had
+    # (`fingerprints.saving_grads`), and a change added to them can round away.
+    for _prefix, module in modules:
+        for p in module.parameters():
+            p.grad = None
+    for t in tensors((args, kwargs), "args").values():
+        if t.is_leaf:
+            t.grad = None
     torch.autograd.backward(outs, upstream)
     grads = {}
     for prefix, module in modules:

@@ -446,6 +446,8 @@ class ModuleCapture:
         fresh process must restore: RNG, torch's settings and the modules' globals."""
         import torch  # noqa: PLC0415 (torch is optional: only suites that use it get here)
 
+        from fastci.runner.prune.fingerprints import saving_grads  # noqa: PLC0415 (imports torch)
+
         buffer = io.BytesIO()
         try:
             state = self._module_state()
@@ -462,7 +464,7 @@ class ModuleCapture:
                 "state": json.dumps(state, separators=(",", ":")),  # see replay._recorded_state
                 "root": str(self.recorder.root),  # paths under it compare as relative
                 **({"environ": self.call_environ} if self.call_environ else {}),
-            }, buffer)
+            }, buffer, pickle_module=saving_grads)
         except Exception as exc:  # noqa: BLE001 - an unpicklable module is simply not kept
             capture.why = f"cannot be saved: {type(exc).__name__}: {str(exc)[:200]}"
             return

@@ -1,0 +1,194 @@
+"""Pruning and what a call leaves behind besides its return value: the gradients and Python
+attributes of the tensors it was given, and memory two arguments share.
+
+An attacker review found each of these pruned while its test failed: the capture dropped
+gradients and tensor attributes, and cloned an argument passed twice into two. Each change
+here fails its test: a replay that compared less would let the failure escape.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import Project
+
+LIB = {
+    "lib/__init__.py": "",
+    "lib/train.py": '''
+        import logging
+        import warnings
+
+        import numpy
+        import torch
+
+        log = logging.getLogger("lib.train")
+
+
+        def set_grad(p, g):
+            p.grad = g.clone()
+
+
+        def clip(params, max_norm):
+            torch.nn.utils.clip_grad_norm_(params, max_norm)
+
+
+        def mark_no_decay(params):
+            for p in params:
+                p.no_decay = p.dim() < 2
+
+
+        def ema_(avg, new, decay=0.5):
+            avg.copy_(avg * decay + new * (1 - decay))
+
+
+        def set_verbosity(verbose):
+            log.setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
+        def report(step):
+            log.info("step %d", step)
+
+
+        def quiet():
+            return 1
+
+
+        def prepare():
+            return 1
+
+
+        def numerics():
+            return 1
+
+
+        def count(t):
+            return t.numel()
+    ''',
+    "tests/test_train.py": '''
+        import logging
+        import warnings
+
+        import numpy
+        import torch
+
+        from lib.train import (clip, count, ema_, mark_no_decay, numerics, prepare, quiet,
+                               report, set_grad, set_verbosity)
+
+
+        def test_set_grad():
+            p = torch.zeros(3, requires_grad=True)
+            set_grad(p, torch.ones(3))
+            assert p.grad.tolist() == [1.0, 1.0, 1.0]
+
+
+        def test_clip():
+            w = torch.ones(3, requires_grad=True)
+            (w * torch.tensor([3.0, 4.0, 0.0])).sum().backward()
+            clip([w], 10.0)
+            assert w.grad.tolist() == [3.0, 4.0, 0.0]
+
+
+        def test_no_decay_marks():
+            w, b = torch.ones(2, 2), torch.ones(2)
+            mark_no_decay([w, b])
+            assert not w.no_decay and b.no_decay
+
+
+        def test_ema_of_itself_is_a_fixed_point():
+            w = torch.ones(3)
+            ema_(w, w)
+            assert w.tolist() == [1.0, 1.0, 1.0]
+
+
+        def test_report_at_info(caplog):
+            caplog.set_level(logging.INFO)
+            set_verbosity(False)
+            report(3)
+            assert caplog.messages == ["step 3"]
+
+
+        def test_quiet_then_warn():
+            assert quiet() == 1
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.warn("careful", UserWarning)
+            assert len(caught) == 1
+
+
+        def test_prepare_then_compute():
+            assert prepare() == 1
+            assert torch.ones(2).sum().item() == 2.0
+
+
+        def test_numerics_then_divide():
+            assert numerics() == 1
+            assert numpy.geterr()["divide"] == "warn"
+
+
+        def test_count_then_print():
+            assert count(torch.ones(3)) == 3
+            assert str(torch.tensor([1.2345])) == "tensor([1.2345])"
+    ''',
+}
+
+
+def node(name: str) -> str:
+    return f"tests/test_train.py::test_{name}"
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=9)
+
+
+@pytest.fixture
+def lib(recorded, tmp_path) -> Project:
+    return Project.copied(recorded, tmp_path / "repo")
+
+
+# What a call does to the tensors it was given.
+ARGUMENTS = {
+    # A gradient the call sets.
+    "a gradient written": ("p.grad = g.clone()", "p.grad = g * 2", "set_grad",
+                           "set_grad under the new code differs at args#"),
+    # Gradients the test had before the call, which the call clips: a capture that dropped
+    # them replayed a clip of nothing on both sides.
+    "gradients clipped": ("clip_grad_norm_(params, max_norm)",
+                          "clip_grad_norm_(params, max_norm / 10)", "clip",
+                          "clip under the new code differs at args#"),
+    # A Python attribute the call sets on a tensor (the optimizer's groups read such marks).
+    "a tensor's attribute": ("p.dim() < 2", "p.dim() <= 2", "no_decay_marks",
+                             "mark_no_decay under the new code differs at args#"),
+    # One tensor passed twice: the update reads what it writes only where both are one.
+    "an argument passed twice": ("avg.copy_(avg * decay + new * (1 - decay))",
+                                 "avg.mul_(decay).add_(new, alpha=1 - decay)",
+                                 "ema_of_itself_is_a_fixed_point",
+                                 "ema_ under the new code differs at args"),
+}
+
+@pytest.mark.parametrize("cases", [ARGUMENTS], ids=["arguments"])
+def test_what_a_call_leaves_behind_keeps_its_test(lib, cases):
+    for old, new, _, _ in cases.values():
+        lib.edit("lib/train.py", old, new)
+    tests = lib.decisions()
+    wrong = {case: tests[node(name)].get("not_pruned") or tests[node(name)]["decision"]
+             for case, (_, _, name, why) in cases.items()
+             if why not in tests[node(name)].get("not_pruned", "")}
+    assert not wrong, wrong
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          *(node(name) for _, _, name, _ in cases.values())],
+                         cwd=lib.root, capture_output=True, text=True, timeout=300)
+    assert f"{len(cases)} failed" in ran.stdout, ran.stdout[-3000:]
+
+
+def test_the_same_effects_by_other_code_are_pruned(lib):
+    """Gradients, attributes, shared memory and settings the new code leaves as the old
+    code did: nothing to keep the tests for."""
+    lib.edit("lib/train.py", "p.grad = g.clone()", "p.grad = g.detach().clone()")
+    lib.edit("lib/train.py", "torch.nn.utils.clip_grad_norm_(params, max_norm)",
+             "torch.nn.utils.clip_grad_norm_(list(params), max_norm)")
+    lib.edit("lib/train.py", "p.dim() < 2", "not p.dim() >= 2")
+    tests = lib.decisions()
+    for name in ("set_grad", "clip", "no_decay_marks"):
+        assert tests[node(name)]["decision"] == "skipped", tests[node(name)]
