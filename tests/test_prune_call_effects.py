@@ -1,9 +1,12 @@
 """Pruning and what a call leaves behind besides its return value: the gradients and Python
-attributes of the tensors it was given, and memory two arguments share.
+attributes of the tensors it was given, memory two arguments share, and settings of the
+process the test goes on under (a logger's level, the warnings filters, torch's default
+device and print options, numpy's error handling).
 
 An attacker review found each of these pruned while its test failed: the capture dropped
-gradients and tensor attributes, and cloned an argument passed twice into two. Each change
-here fails its test: a replay that compared less would let the failure escape.
+gradients and tensor attributes, cloned an argument passed twice into two, and the replay
+compared none of these settings. Each change here fails its test: a replay that compared
+less would let the failure escape.
 """
 
 from __future__ import annotations
@@ -167,7 +170,33 @@ ARGUMENTS = {
                                  "ema_ under the new code differs at args"),
 }
 
-@pytest.mark.parametrize("cases", [ARGUMENTS], ids=["arguments"])
+# What a call sets for the rest of the process. Apart from torch's default device: a
+# replay process whose new code set it to "meta" cannot compute the calls after it.
+SETTINGS = {
+    "a logger's level": ("logging.DEBUG if verbose else logging.INFO",
+                         "logging.DEBUG if verbose else logging.WARNING", "report_at_info",
+                         "set_verbosity under the new code differs at process.settings"),
+    "the warnings filters": ("def quiet():\n    return 1",
+                             'def quiet():\n    warnings.simplefilter("ignore")\n    return 1',
+                             "quiet_then_warn",
+                             "quiet under the new code differs at process.settings"),
+    "numpy's error handling": ("def numerics():\n    return 1",
+                               'def numerics():\n    numpy.seterr(all="raise")\n    return 1',
+                               "numerics_then_divide",
+                               "numerics under the new code differs at process.settings"),
+    "torch's print options": ("    return t.numel()",
+                              "    torch.set_printoptions(precision=2)\n    return t.numel()",
+                              "count_then_print",
+                              "count under the new code differs at process.settings"),
+}
+DEVICE = {"torch's default device": (
+    "def prepare():\n    return 1",
+    'def prepare():\n    torch.set_default_device("meta")\n    return 1',
+    "prepare_then_compute", "prepare under the new code differs at process.settings")}
+
+
+@pytest.mark.parametrize("cases", [ARGUMENTS, SETTINGS, DEVICE],
+                         ids=["arguments", "settings", "device"])
 def test_what_a_call_leaves_behind_keeps_its_test(lib, cases):
     for old, new, _, _ in cases.values():
         lib.edit("lib/train.py", old, new)
@@ -189,6 +218,8 @@ def test_the_same_effects_by_other_code_are_pruned(lib):
     lib.edit("lib/train.py", "torch.nn.utils.clip_grad_norm_(params, max_norm)",
              "torch.nn.utils.clip_grad_norm_(list(params), max_norm)")
     lib.edit("lib/train.py", "p.dim() < 2", "not p.dim() >= 2")
+    lib.edit("lib/train.py", "logging.DEBUG if verbose else logging.INFO",
+             "logging.INFO if not verbose else logging.DEBUG")
     tests = lib.decisions()
-    for name in ("set_grad", "clip", "no_decay_marks"):
+    for name in ("set_grad", "clip", "no_decay_marks", "report_at_info"):
         assert tests[node(name)]["decision"] == "skipped", tests[node(name)]

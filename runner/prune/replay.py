@@ -334,20 +334,22 @@ def _call(saved: dict, root: str, call) -> tuple[object, dict]:
     _watch_effects()
     with _call_environment(saved), _effects() as seen, _observed() as observed, \
             _looked_at(root, saved.get("root")) as looked, _torch_modes(saved["settings"]):
-        environ = dict(os.environ)
+        environ, settings = dict(os.environ), _settings()
         out = call()
-        process = _process_state(environ, (root, saved.get("root") or root))
+        process = _process_state(environ, (root, saved.get("root") or root), settings)
     if seen:
         raise RuntimeError(f"the call has an effect a replay cannot compare: {seen[0]}")
     return out, {**observed, **looked, **process}
 
 
-def _process_state(environ: dict[str, str], roots: tuple[str, ...]) -> dict:
+def _process_state(environ: dict[str, str], roots: tuple[str, ...],
+                   settings: dict[str, str] | None = None) -> dict:
     """What a call can set for the rest of the process, past its return value and the
     repository's globals: torch's global modes (`torch.set_default_dtype`, grad mode set
-    without a `with`, matmul precision, deterministic algorithms, anomaly mode) and the
+    without a `with`, matmul precision, deterministic algorithms, anomaly mode), the
     variables it set or removed (`environ`: before the call; the tree's root written as
-    one). Taken before the replay's own modes are undone."""
+    one), and the settings `_settings` reads that it changed (`settings`: before the call).
+    Taken before the replay's own modes are undone."""
     import torch  # noqa: PLC0415
 
     from fastci.runner.prune.fingerprints import hash_leaf  # noqa: PLC0415
@@ -361,7 +363,44 @@ def _process_state(environ: dict[str, str], roots: tuple[str, ...]) -> dict:
     text = repr((changed, removed))
     for root in sorted({r for r in roots if r}, key=len, reverse=True):
         text = text.replace(root, "<root>")
-    return {"process.torch": hash_leaf(repr(modes)), "process.environ": hash_leaf(text)}
+    now = _settings()
+    changed_settings = sorted((k, (settings or {}).get(k), now.get(k))
+                              for k in now.keys() | (settings or {}).keys()
+                              if (settings or {}).get(k) != now.get(k))
+    return {"process.torch": hash_leaf(repr(modes)), "process.environ": hash_leaf(text),
+            "process.settings": hash_leaf(repr(changed_settings))}
+
+
+def _settings() -> dict[str, str]:
+    """Settings a call can leave changed for the code after it, which the test then runs
+    under: torch's default device and print options, numpy's error handling and print
+    options, the warnings filters, and each logger's level, `disabled`, `propagate` and
+    handlers (a logger with none of these set is left out: libraries make loggers lazily,
+    in whichever call first imports them). Compared as what the call changed, so that what
+    an earlier replay in the process left set counts once, there."""
+    import logging  # noqa: PLC0415
+    import warnings  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415
+
+    out = {"torch.device": str(torch.get_default_device()),
+           "torch.print": repr(sorted(vars(torch._tensor_str.PRINT_OPTS).items())),
+           "warnings": repr(warnings.filters),
+           "logging.disable": repr(logging.root.manager.disable)}
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        out["numpy.err"] = repr(sorted(numpy.geterr().items()))
+        out["numpy.print"] = repr(sorted(numpy.get_printoptions().items()))
+    loggers = [("", logging.getLogger())] + sorted(
+        (name, logger) for name, logger in list(logging.root.manager.loggerDict.items())
+        if isinstance(logger, logging.Logger))
+    for name, logger in loggers:
+        handlers = [type(h).__qualname__ for h in logger.handlers
+                    if not getattr(h, "_fastci_replay", False)]
+        if logger.level or logger.disabled or not logger.propagate or handlers:
+            out[f"logger.{name}"] = repr((logger.level, logger.disabled, logger.propagate,
+                                          handlers))
+    return out
 
 
 def _backward(out, args, kwargs, modules: list) -> dict:
@@ -459,6 +498,8 @@ def _observed():
     import warnings  # noqa: PLC0415
 
     class Records(logging.Handler):
+        _fastci_replay = True  # not the call's (`_settings`)
+
         def __init__(self) -> None:
             super().__init__(level=1)
             self.seen: list[str] = []
