@@ -1,14 +1,15 @@
 """Pruning and the state a module's objects keep outside a call's arguments: attributes set
-on a class rather than an instance, on a slotted object, on a function.
+on a class rather than an instance, on a slotted object, on a function; a global a test
+added; a class's bases.
 
 A method that writes `type(self).totals += x` leaves its result in the class, which neither
 the return value nor the arguments hold; a test that set `Scaler.factor = 5` first leaves
 state a fresh replay process lacks. A class with a metaclass (`abc.ABC`) holds such state
 as any class does, an object whose class declares `__slots__` holds it outside a
-`__dict__`, and a function holds attributes as any object does. Each change here fails its
-test: a replay that compared less of that state would let the failure escape. Each test
-puts back what it set, so that the calls a later test made find the state a fresh process
-holds.
+`__dict__`, a function holds attributes as any object does, and a class's bases decide
+which method its instances run. Each change here fails its test: a replay that compared
+less of that state would let the failure escape. Each test puts back what it set, so that
+the calls a later test made find the state a fresh process holds.
 """
 
 from __future__ import annotations
@@ -72,12 +73,33 @@ LIB = {
 
         def scaled(x):
             return x + 0
+
+
+        class Shape:
+            def __init__(self, n):
+                self.n = n
+
+            def size(self):
+                return self.n
+
+
+        class Tripling:
+            def size(self):
+                return self.n * 3
+
+
+        class Box(Shape):
+            pass
+
+
+        def make_box(n):
+            return Box(n)
     ''',
     "tests/test_meters.py": '''
         import torch
 
         import lib.meters as meters
-        from lib.meters import TALLY, Counter, Meter, Scaler, bump, note, scaled, seen
+        from lib.meters import TALLY, Counter, Meter, Scaler, bump, make_box, note, scaled, seen
 
 
         def test_meter_totals():
@@ -126,6 +148,10 @@ LIB = {
                 assert scaled(2) == 2
             finally:
                 del meters.OVERRIDE
+
+
+        def test_box_size():
+            assert make_box(3).size() == 3
     ''',
 }
 
@@ -136,7 +162,7 @@ def node(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=6)
+    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=7)
 
 
 @pytest.fixture
@@ -169,6 +195,10 @@ KEPT = {
         "    return x + 0", "    try:\n        return x * OVERRIDE\n    except NameError:\n"
         "        return x + 0", "scaled_under_a_global_the_test_added",
         "module state differs from what the test had at the call: lib.meters.OVERRIDE"),
+    # New bases: the object the call returns is the same, and runs another method.
+    "a mixin in a class's bases": (
+        "class Box(Shape):", "class Box(Tripling, Shape):", "box_size",
+        "module state differs from what the test had at the call: lib.meters.Box"),
 }
 
 

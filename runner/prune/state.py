@@ -167,11 +167,18 @@ class Digester:
         attributes that hold data (a test may set them, a method may write them through
         `type(self)`: a count, a tensor, an object), not its functions and descriptors
         (code, compared apart; while recording, a bound method is FastCI's wrapper). A
-        class nested in it is read the same way. Remembered while the class holds the
-        very same attributes, all immutable (a configuration dataclass's defaults): what
-        a capture digests most often."""
+        class nested in it is read the same way. Its bases and metaclass come first: new
+        bases (a mixin) change which method an instance runs, where no block the test
+        executed changed. Remembered while the class holds the very same attributes, all
+        immutable (a configuration dataclass's defaults): what a capture digests most
+        often."""
         if depth >= MAX_DEPTH:
             return ""
+        lineage = "(" + ",".join(f"{c.__module__}.{c.__qualname__}"
+                                 for c in (type(cls), *cls.__mro__[1:])) + ")"
+        return lineage + self._class_attributes(cls, depth, module)
+
+    def _class_attributes(self, cls: type, depth: int, module: str) -> str:
         attributes = vars(cls)
         values = tuple(attributes.values())
         known = self._class_texts.get((cls, depth))
