@@ -37,6 +37,11 @@ from types import BuiltinFunctionType, FunctionType, MethodType, ModuleType
 
 MAX_DEPTH = 4
 MAX_ITEMS = 256  # of a container: the rest count by their number
+# What a list, tuple, dict or set adds to the depth: a quarter, so that configurations nested
+# sixteen deep are read whole. An object adds two with its attributes' dict (two objects
+# deep), as a model's submodules and tensors cost far more to read.
+NESTING = 0.25
+_OBJECT = 2 - NESTING
 _PLAIN = (bool, int, float, complex, bytes, type(None))
 _NAMED = (FunctionType, BuiltinFunctionType, MethodType, type, ModuleType)
 _ADDRESS = re.compile(r" (object )?at 0x[0-9a-fA-F]+")
@@ -54,7 +59,8 @@ class Digester:
         self._tensors: dict[int, tuple[object, int, str]] = {}
         self._classes: dict[type, bool] = {}
         # (class, depth) -> (its attribute values and names, held, and the text they gave)
-        self._class_texts: dict[tuple[type, int], tuple[tuple, tuple, str]] = {}
+        self._class_texts: dict[tuple[type, float], tuple[tuple, tuple, str]] = {}
+        self._open: set[int] = set()  # the containers being read (one that holds itself)
         # namespace id -> (the namespace, held so its id stays its own; global name -> (the
         # value, its digest, or None for a name left out)), for values whose digest their
         # identity settles (`_settled`): a capture digests every global of every repository
@@ -93,7 +99,7 @@ class Digester:
                 memo.pop(key, None)
         return out
 
-    def value(self, value: object, depth: int, module: str | None = None) -> str:
+    def value(self, value: object, depth: float, module: str | None = None) -> str:
         kind = type(value)
         if kind is str:
             return repr(value.replace(self.root, "<root>"))  # type: ignore[attr-defined]
@@ -114,18 +120,14 @@ class Digester:
             return named
         if depth >= MAX_DEPTH:
             return f"<{kind.__qualname__} …>"
-        if kind in (list, tuple) or isinstance(value, (list, tuple)):
-            items = list(value)  # type: ignore[call-overload]
-            inner = ",".join(self.value(v, depth + 1) for v in items[:MAX_ITEMS])
-            return f"{kind.__qualname__}[{len(items)}]({inner})"
-        if isinstance(value, dict):
-            pairs = list(value.items())[:MAX_ITEMS]
-            inner = ",".join(f"{self.value(k, depth + 1)}:{self.value(v, depth + 1)}"
-                             for k, v in pairs)
-            return f"{kind.__qualname__}[{len(value)}]{{{inner}}}"
-        if isinstance(value, (set, frozenset)):
-            inner = ",".join(sorted(self.value(v, depth + 1) for v in list(value)[:MAX_ITEMS]))
-            return f"{kind.__qualname__}[{len(value)}]{{{inner}}}"
+        if isinstance(value, (list, tuple, dict, set, frozenset)):
+            if id(value) in self._open:  # a container that holds itself
+                return f"<{kind.__qualname__} again>"
+            self._open.add(id(value))
+            try:
+                return self._container(value, depth)
+            finally:
+                self._open.discard(id(value))
         array = self._array(value)
         if array is not None:
             return array
@@ -138,8 +140,22 @@ class Digester:
             attributes = _attributes(value)
             if attributes:
                 return f"<{kind.__module__}.{kind.__qualname__}>" + self.value(
-                    attributes, depth + 1)
+                    attributes, depth + _OBJECT)
         return self._repr(value)
+
+    def _container(self, value: list | tuple | dict | set | frozenset, depth: float) -> str:
+        """Its first MAX_ITEMS items, and how many it holds."""
+        kind = type(value)
+        if isinstance(value, (list, tuple)):
+            inner = ",".join(self.value(v, depth + NESTING) for v in value[:MAX_ITEMS])
+            return f"{kind.__qualname__}[{len(value)}]({inner})"
+        if isinstance(value, dict):
+            pairs = list(value.items())[:MAX_ITEMS]
+            inner = ",".join(f"{self.value(k, depth + NESTING)}:{self.value(v, depth + NESTING)}"
+                             for k, v in pairs)
+            return f"{kind.__qualname__}[{len(value)}]{{{inner}}}"
+        inner = ",".join(sorted(self.value(v, depth + NESTING) for v in list(value)[:MAX_ITEMS]))
+        return f"{kind.__qualname__}[{len(value)}]{{{inner}}}"
 
     def _ours(self, kind: type) -> bool:
         """Is this class the repository's? Its instances are read attribute by attribute;
@@ -162,7 +178,7 @@ class Digester:
             text = ""
         return f"<{kind.__module__}.{kind.__qualname__} {text.replace(self.root, '<root>')}>"
 
-    def _class_data(self, cls: type, depth: int, module: str) -> str:
+    def _class_data(self, cls: type, depth: float, module: str) -> str:
         """A module's own class, whatever its metaclass (`abc.ABC`, an `Enum`): its class
         attributes that hold data (a test may set them, a method may write them through
         `type(self)`: a count, a tensor, an object), not its functions and descriptors
@@ -178,7 +194,7 @@ class Digester:
                                  for c in (type(cls), *cls.__mro__[1:])) + ")"
         return lineage + self._class_attributes(cls, depth, module)
 
-    def _class_attributes(self, cls: type, depth: int, module: str) -> str:
+    def _class_attributes(self, cls: type, depth: float, module: str) -> str:
         attributes = vars(cls)
         values = tuple(attributes.values())
         known = self._class_texts.get((cls, depth))

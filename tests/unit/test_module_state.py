@@ -42,6 +42,7 @@ def other(x):
     lambda m: setattr(m.Settings.Inner, "depth", 2),  # a nested class's attribute
     lambda m: setattr(m.warn_once, "done", True),     # a function's attribute set
     lambda m: m.hooks.registered.append(print),       # ... and one it holds, grown
+    lambda m: m.CONFIG["model"]["encoder"]["layers"]["sizes"].__setitem__(1, 32),  # deep
 ])
 @pytest.mark.parametrize("one_digester", [False, True], ids=["fresh", "session"])
 def test_a_change_a_test_could_make_changes_the_digest(change, one_digester):
@@ -74,7 +75,7 @@ def test_a_change_a_test_could_make_changes_the_digest(change, one_digester):
     default = types.SimpleNamespace(lr=0.1)
     mod = module(MODE={"factor": 1.0}, LIMIT=3, step=helper, ITEMS=[1, 2],
                  Settings=Settings, DEFAULT=default, Base=Base, warn_once=warn_once,
-                 hooks=hooks)
+                 hooks=hooks, CONFIG={"model": {"encoder": {"layers": {"sizes": [64, 64]}}}})
     first = Digester("/checkout")
     before = first.module(mod)
     change(mod)
@@ -87,6 +88,15 @@ def test_what_two_checkouts_and_processes_disagree_on_does_not_count():
     two = module(ROOT="/two/data", lock=threading.Lock(), obj=object(), __file__="/two/x.py")
     vars(two)["@py_builtins"] = __builtins__  # pytest's assertion rewriting in a test module
     assert Digester("/one").module(one) == Digester("/two").module(two)
+
+
+def test_a_container_that_holds_itself_is_read_once():
+    registry: dict = {"n": 1}
+    registry.update({f"self{i}": registry for i in range(64)})  # 64 ** 16 paths, unbounded
+    digester = Digester("/checkout")
+    before = digester.module(module(REGISTRY=registry))
+    registry["n"] = 2
+    assert digester.module(module(REGISTRY=registry)) != before
 
 
 def test_a_method_bound_to_a_wrapper_is_code_not_state():
