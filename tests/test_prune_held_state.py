@@ -203,7 +203,7 @@ KEPT = {
 
 
 @pytest.mark.parametrize("case", list(KEPT))
-def test_what_a_class_holds_keeps_the_tests_that_changed_it(lib, case):
+def test_state_held_outside_the_arguments_keeps_the_test_that_changed_it(lib, case):
     """One change at a time: a replay process that ran one changed call holds a class
     another call then reads, which would keep that test for another reason."""
     old, new, name, why = KEPT[case]
