@@ -311,12 +311,19 @@ def _replay(path: str, root: str, timing: dict) -> tuple[dict, dict]:
     _check_code(module, root)
     _check_state(saved.get("state"), root)
     _restore(saved)
+    before = held(args, kwargs)
     out, said = _call(saved, root, lambda: module(*args, **kwargs))
+    # The module whole after the call, past its state dict: what a forward leaves on it
+    # (a count, a cache, `training`, a non-persistent buffer, a submodule it swapped), and
+    # the arguments and the output whole (a set, an array, a generator's state), as a
+    # function's are.
     prints = {**said, **fingerprints(out, "out"),
               "out.is": {"repr": identity(out, args, kwargs, type(module).forward, module)},
               **fingerprints(module.state_dict(), "state"),
               **fingerprints(tensor_attributes(module), "attr"),
               **fingerprints((args, kwargs), "args"),
+              **_exact("out", out), **_exact("module", module), **_exact("args", (args, kwargs)),
+              "args.is": {"repr": holding(args, kwargs, before)},
               **_globals_after(saved.get("state"), root),
               "rng": tensor_leaf(torch.get_rng_state()), **_other_rngs()}
     kept = {**tensors(out, "out"), **tensors(module.state_dict(), "state")}
