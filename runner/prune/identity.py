@@ -149,6 +149,8 @@ def _identity_of(out, known: _Known, budget: list[int], above: list[int]) -> str
             return name
         if not known.complete:
             return _unmatched("an object the arguments may hold past what was walked")
+        if hasattr(type(out), "__next__"):  # `iter(items)`, `map(f, xs)`, a generator
+            return _unmatched("an iterator, which reads what it iterates over as it is used")
     wide = isinstance(out, (tuple, list, dict)) and len(out) > budget[0]
     try:
         items = None if wide else _elements(out)
