@@ -131,6 +131,9 @@ class Digester:
         array = self._array(value)
         if array is not None:
             return array
+        generator = _generator_state(value)
+        if generator is not None:
+            return generator
         if isinstance(value, logging.Logger):
             # By name: its level is the logging configuration's (caplog.set_level sets the
             # root's), which a replay does not restore; what a call logs is compared apart,
@@ -230,6 +233,31 @@ class Digester:
                                      repr(data.tolist()).encode(), digest_size=12).hexdigest()
             return f"<ndarray {data.dtype} {data.shape} {digest}>"
         return None
+
+
+def _generator_state(value: object) -> str | None:
+    """A random generator by its state, which its repr hides: Python's `random.Random`,
+    numpy's `Generator` and `RandomState`, a `torch.Generator`. None for anything else."""
+    import random  # noqa: PLC0415
+
+    try:
+        if isinstance(value, random.Random):
+            state = repr(value.getstate())
+        else:
+            numpy = sys.modules.get("numpy")
+            torch = sys.modules.get("torch")
+            if numpy is not None and isinstance(value, numpy.random.Generator):
+                state = repr(value.bit_generator.state)
+            elif numpy is not None and isinstance(value, numpy.random.RandomState):
+                state = repr(value.get_state(legacy=False))
+            elif torch is not None and isinstance(value, torch.Generator):
+                state = value.get_state().numpy().tobytes().hex()
+            else:
+                return None
+    except Exception:  # noqa: BLE001 - unread: a mark no other process matches
+        return f"<{type(value).__qualname__} unread {os.getpid()}:{id(value)}>"
+    digest = hashlib.blake2b(state.encode(), digest_size=12).hexdigest()
+    return f"<{type(value).__qualname__} {digest}>"
 
 
 def _data(value: object) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import random
 import threading
 import types
 
@@ -43,11 +44,16 @@ def other(x):
     lambda m: setattr(m.warn_once, "done", True),     # a function's attribute set
     lambda m: m.hooks.registered.append(print),       # ... and one it holds, grown
     lambda m: m.CONFIG["model"]["encoder"]["layers"]["sizes"].__setitem__(1, 32),  # deep
+    lambda m: m.PYRNG.random(),                       # generators drawn from: their state,
+    lambda m: m.NPRNG.random(),                       # which their repr hides
+    lambda m: m.NPSTATE.rand(),
+    lambda m: __import__("torch").rand(1, generator=m.TGEN),
 ])
 @pytest.mark.parametrize("one_digester", [False, True], ids=["fresh", "session"])
 def test_a_change_a_test_could_make_changes_the_digest(change, one_digester):
     # `session`: one Digester digests before and after, as a recording does, so what it
     # remembers of values whose identity settles their digest must not hide a change.
+    import numpy  # noqa: PLC0415 (torch's dependency here)
     import torch  # noqa: PLC0415 (a dependency of FastCI: never skipped)
 
     class Settings:
@@ -75,7 +81,9 @@ def test_a_change_a_test_could_make_changes_the_digest(change, one_digester):
     default = types.SimpleNamespace(lr=0.1)
     mod = module(MODE={"factor": 1.0}, LIMIT=3, step=helper, ITEMS=[1, 2],
                  Settings=Settings, DEFAULT=default, Base=Base, warn_once=warn_once,
-                 hooks=hooks, CONFIG={"model": {"encoder": {"layers": {"sizes": [64, 64]}}}})
+                 hooks=hooks, CONFIG={"model": {"encoder": {"layers": {"sizes": [64, 64]}}}},
+                 PYRNG=random.Random(0), NPRNG=numpy.random.default_rng(0),
+                 NPSTATE=numpy.random.RandomState(0), TGEN=torch.Generator().manual_seed(0))
     first = Digester("/checkout")
     before = first.module(mod)
     change(mod)
