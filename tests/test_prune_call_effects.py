@@ -1,7 +1,8 @@
 """Pruning and what a call leaves behind besides its return value: the gradients and Python
 attributes of the tensors it was given, memory two arguments share, and settings of the
 process the test goes on under (a logger's level, the warnings filters, torch's default
-device and print options, numpy's error handling).
+device and print options, numpy's error handling), and the working folder a call reads,
+which a replay does not share.
 
 An attacker review found each of these pruned while its test failed: the capture dropped
 gradients and tensor attributes, cloned an argument passed twice into two, and the replay
@@ -21,6 +22,7 @@ LIB = {
     "lib/__init__.py": "",
     "lib/train.py": '''
         import logging
+        import os
         import warnings
 
         import numpy
@@ -68,6 +70,10 @@ LIB = {
 
         def count(t):
             return t.numel()
+
+
+        def config_path():
+            return "cfg.json"
     ''',
     "tests/test_train.py": '''
         import logging
@@ -76,8 +82,8 @@ LIB = {
         import numpy
         import torch
 
-        from lib.train import (clip, count, ema_, mark_no_decay, numerics, prepare, quiet,
-                               report, set_grad, set_verbosity)
+        from lib.train import (clip, config_path, count, ema_, mark_no_decay, numerics, prepare,
+                               quiet, report, set_grad, set_verbosity)
 
 
         def test_set_grad():
@@ -132,6 +138,11 @@ LIB = {
         def test_count_then_print():
             assert count(torch.ones(3)) == 3
             assert str(torch.tensor([1.2345])) == "tensor([1.2345])"
+
+
+        def test_config_path_from_another_folder(monkeypatch, tmp_path):
+            monkeypatch.chdir(tmp_path)
+            assert config_path() == "cfg.json"
     ''',
 }
 
@@ -142,7 +153,7 @@ def node(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=9)
+    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=10)
 
 
 @pytest.fixture
@@ -188,6 +199,13 @@ SETTINGS = {
                               "    torch.set_printoptions(precision=2)\n    return t.numel()",
                               "count_then_print",
                               "count under the new code differs at process.settings"),
+    # The working folder, read through `os.path.relpath`: the test's is not the replay's.
+    "the working folder": ('    return "cfg.json"',
+                           "    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))"
+                           '\n    return os.path.relpath(os.path.join(here, "cfg.json"))',
+                           "config_path_from_another_folder",
+                           "config_path under the new code failed: RuntimeError: the call read "
+                           "the working folder (getcwd)"),
 }
 DEVICE = {"torch's default device": (
     "def prepare():\n    return 1",

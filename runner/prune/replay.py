@@ -340,7 +340,8 @@ def _call(saved: dict, root: str, call) -> tuple[object, dict]:
     a child started) makes it unreplayable."""
     _watch_effects()
     with _call_environment(saved), _effects() as seen, _observed() as observed, \
-            _looked_at(root, saved.get("root")) as looked, _torch_modes(saved["settings"]):
+            _looked_at(root, saved.get("root")) as looked, _torch_modes(saved["settings"]), \
+            _working_folder(saved.get("cwd")):
         environ, settings = dict(os.environ), _settings()
         out = call()
         process = _process_state(environ, (root, saved.get("root") or root), settings)
@@ -546,6 +547,35 @@ def _observed():
     out["said.logs"] = hash_leaf("\n".join(records.seen))
     out["said.stdout"] = hash_leaf(stdout.getvalue())
     out["said.stderr"] = hash_leaf(stderr.getvalue())
+
+
+@contextmanager
+def _working_folder(recorded: str | None):
+    """A replay runs in the tree's root. Where the test ran the call in another folder
+    (`monkeypatch.chdir(tmp_path)`), a call that reads the working folder (`os.getcwd`,
+    and what calls it: `os.path.abspath` and `relpath` of a relative path, `Path.cwd`,
+    `Path.resolve`) would compute there what it did not in the test, whichever code reads
+    it: such a call cannot be replayed."""
+    if recorded in (None, "."):
+        yield
+        return
+    reads: list[str] = []
+    real = os.getcwd, os.getcwdb
+
+    def reading(fn):
+        def read():
+            reads.append(fn.__name__)
+            return fn()
+        return read
+
+    os.getcwd, os.getcwdb = reading(real[0]), reading(real[1])
+    try:
+        yield
+    finally:
+        os.getcwd, os.getcwdb = real
+    if reads:
+        raise RuntimeError(f"the call read the working folder ({reads[0]}), which the test "
+                           f"had at {recorded}, not the tree's root where a replay runs")
 
 
 @contextmanager

@@ -463,6 +463,7 @@ class ModuleCapture:
                              "autocast": _autocast_settings(torch)},
                 "state": json.dumps(state, separators=(",", ":")),  # see replay._recorded_state
                 "root": str(self.recorder.root),  # paths under it compare as relative
+                "cwd": _working_folder(str(self.recorder.root)),
                 **({"environ": self.call_environ} if self.call_environ else {}),
             }, buffer, pickle_module=saving_grads)
         except Exception as exc:  # noqa: BLE001 - an unpicklable module is simply not kept
@@ -480,6 +481,14 @@ class ModuleCapture:
             path.write_bytes(data)
             self.blobs[digest] = path
         capture.digest, capture.size = digest, len(data)
+
+
+def _working_folder(root: str) -> str:
+    """The test's working folder at the call: relative to the tree's root ("." for the
+    root itself, where a replay runs), or absolute outside it (`monkeypatch.chdir`)."""
+    here = os.getcwd()
+    relative = os.path.relpath(here, root)
+    return here if relative == ".." or relative.startswith(".." + os.sep) else relative
 
 
 def _tracing(torch) -> bool:
