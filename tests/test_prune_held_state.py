@@ -14,6 +14,9 @@ the calls a later test made find the state a fresh process holds.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from conftest import Project
 
@@ -211,7 +214,17 @@ def test_state_held_outside_the_arguments_keeps_the_test_that_changed_it(lib, ca
     test = lib.decisions()[node(name)]
     assert test["decision"] == "selected", test
     assert why in test.get("not_pruned", ""), test
-    assert lib.fails(node(name))
+
+
+def test_every_change_here_fails_its_test(lib):
+    """A rule that pruned any of them would let a failure escape (each test puts back what
+    it set, so they fail alike run together; one pytest run proves all)."""
+    for old, new, _, _ in KEPT.values():
+        lib.edit("lib/meters.py", old, new)
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          *(node(name) for _, _, name, _ in KEPT.values())],
+                         cwd=lib.root, capture_output=True, text=True, timeout=300)
+    assert f"{len(KEPT)} failed" in ran.stdout, ran.stdout[-3000:]
 
 
 def test_an_equal_write_through_the_class_is_pruned(lib):
