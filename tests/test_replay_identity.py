@@ -9,7 +9,7 @@ import dataclasses
 import numpy
 import torch
 
-from fastci.runner.prune.identity import ELEMENTS, identity
+from fastci.runner.prune.identity import ELEMENTS, held, holding, identity
 
 SHARED = {"lr": 0.1}
 
@@ -179,3 +179,62 @@ def test_a_back_reference_is_described_not_followed():
     # root -> its children list -> the child, whose parent is the root: three objects up.
     assert _of(tree) == ("a new Node (.children: a new list ([0]: a new Node (.parent: the "
                          "object 3 up, .children: a new list ())))")
+
+
+# What the repository's modules hold (`state.own_objects`, by `module.name`), as a replay
+# passes it.
+TABLE = torch.arange(8.0)
+GLOBALS = [("lib.TABLE", TABLE), ("lib.CONFIG", {"opts": {"lr": 0.1}}), ("lib.SEEN", [])]
+
+
+def test_a_view_of_what_a_module_holds_is_named_by_where_it_lives():
+    def of(fn, *args):
+        return identity(fn(*args), args, {}, fn, shared=GLOBALS)
+
+    assert of(lambda n: TABLE[:n], 2) == "a view of global lib.TABLE at byte 0 (2,)/(1,)"
+    assert of(lambda n: TABLE[:n].clone(), 2) == "a new object"
+    config = GLOBALS[1][1]
+    assert of(lambda: config["opts"]) == "global lib.CONFIG['opts']"
+    assert of(lambda: dict(config["opts"])) == "a new dict ()"
+    # An argument is named first: a tensor both passed and held is the argument.
+    assert of(lambda t: t, TABLE) == "args[0]"
+
+
+def test_what_a_call_leaves_in_a_module_or_an_argument_is_named_by_where_it_was():
+    def left(fn, *args):
+        before = held(args, {}, GLOBALS)
+        fn(*args)
+        try:
+            return holding(args, {}, before, GLOBALS)
+        finally:
+            GLOBALS[2][1].clear()
+
+    x = torch.ones(2)
+    kept = left(lambda t: GLOBALS[2][1].append(t), x)
+    copied = left(lambda t: GLOBALS[2][1].append(t.clone()), x)
+    assert "global lib.SEEN[0]=new" in copied and kept != copied
+    shared = left(lambda c: c.update(eps=GLOBALS[1][1]["opts"]), {})
+    assert "args[0]['eps']=global lib.CONFIG['opts']" in shared
+    assert left(lambda c: c.update(eps=dict(GLOBALS[1][1]["opts"])), {}) != shared
+    # Nothing moved: the places are counted, not listed.
+    assert left(lambda t: None, x) == left(lambda t: t.add_(0), x)
+
+
+def test_a_module_walked_short_proves_nothing_new():
+    first, second = (identity(torch.zeros(1), (), {}, None, shared=[("lib.IDS", list(range(
+        ELEMENTS + 1)))]) for _ in range(2))
+    assert first.startswith("an object the arguments may hold") and first != second
+    before = held((), {}, [("lib.DEEP", DEEP)])
+    assert holding((), {}, before, [("lib.DEEP", DEEP)]) != holding(
+        (), {}, before, [("lib.DEEP", DEEP)])
+
+
+DEEP: list = [[[[[[[[torch.zeros(1)]]]]]]]]
+
+
+def test_a_logger_is_not_walked_into_the_logging_configuration():
+    import logging  # noqa: PLC0415
+
+    log = logging.getLogger("lib.train")
+    out = identity(torch.zeros(1), (), {}, None, shared=[("lib.log", log)])
+    assert out == "a new object"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import itertools
+import logging
 import os
 import sys
 import types
@@ -26,7 +27,7 @@ _COMPARISONS = 1 << 22  # memory ranges a description looks a view up in, at mos
 _UNMATCHED = itertools.count()
 
 
-def identity(out, args, kwargs, fn, module=None) -> str:
+def identity(out, args, kwargs, fn, module=None, shared=()) -> str:
     """Which object the call returned, beside its value: an argument itself or anything
     reached through one (an element of its list, tuple or dict, a field or attribute, a
     module's parameter, buffer or tensor attribute), a view of the memory of a tensor or
@@ -39,23 +40,29 @@ def identity(out, args, kwargs, fn, module=None) -> str:
     optimizer, a dataset) is described by what it holds, so a view inside a tuple (or kept
     in an output object's attribute) counts as one too. Immutable scalars have no identity
     worth comparing."""
-    return _identity_of(out, _Known.of(args, kwargs, module, fn), [ELEMENTS], [])
+    return _identity_of(out, _Known.of(args, kwargs, module, fn, shared), [ELEMENTS], [])
 
 
-def held(args, kwargs) -> _Known:
-    """What the arguments hold, by identity, before a call (`holding` after it)."""
-    return _Known.of(args, kwargs, None, None)
+def held(args, kwargs, shared=()) -> _Known:
+    """What the arguments and `shared` (the repository's modules' globals, by name) hold, by
+    identity, before a call (`holding` after it)."""
+    return _Known.of(args, kwargs, None, None, shared)
 
 
-def holding(args, kwargs, before: _Known) -> str:
-    """Which object each place reached through the arguments holds after the call, named by
-    where it was before the call, or new: new code that puts an equal copy where the old
-    kept the object (`self.model = copy.deepcopy(self.model)`) compares equal by value,
-    yet the test's own reference to the model no longer sees what the call does to it."""
-    after = held(args, kwargs)
+def holding(args, kwargs, before: _Known, shared=()) -> str:
+    """Which object each place reached through the arguments and the modules' globals holds
+    after the call, named by where it was before the call, or new: new code that puts an
+    equal copy where the old kept the object (`self.model = copy.deepcopy(self.model)`, a
+    module's registry that keeps a copy of its argument, a config given a copy of a module's
+    defaults) compares equal by value, yet the test's own reference no longer sees what is
+    done to the other. The places that hold what they held are counted, not listed: the
+    modules' globals are many."""
+    after = held(args, kwargs, shared)
     places = sorted((path, before.names.get(key, "new")) for key, path in after.names.items())
-    return "\n".join(f"{path}={was}" for path, was in places) + \
-        ("" if after.complete else "\n(not walked to its end)")
+    moved = [f"{path}={was}" for path, was in places if path != was]
+    if not after.complete:  # a place past the walk may hold a copy: nothing proved
+        return _unmatched("places past what was walked")
+    return "\n".join([*moved, f"{len(places) - len(moved)} places hold what they held"])
 
 
 @dataclasses.dataclass
@@ -74,7 +81,7 @@ class _Known:
     comparisons: int = _COMPARISONS
 
     @classmethod
-    def of(cls, args, kwargs, module, fn) -> _Known:
+    def of(cls, args, kwargs, module, fn, shared=()) -> _Known:
         known = cls()
         queue: collections.deque = collections.deque()
         for i, value in enumerate(args):
@@ -84,26 +91,35 @@ class _Known:
         if module is not None:
             for name, value in _module_tensors(module):
                 known._add(f"state {name}", value, _DEPTH, queue)
+        known._walk(queue)
+        # What the repository's modules hold, with a budget of its own: a call that hands
+        # out (or keeps) a module's tensor, a view of it or its config's inner dict.
+        for name, value in shared:
+            known._add(f"global {name}", value, 0, queue)
+        known._walk(queue)
+        for name, value in sorted(getattr(fn, "__globals__", {}).items()):
+            known.shared.setdefault(id(value), f"global {name}")
+        return known
+
+    def _walk(self, queue: collections.deque) -> None:
+        """Breadth first through what the queued objects hold, ELEMENTS at most."""
         budget = ELEMENTS
         while queue:
             name, value, depth = queue.popleft()
             if isinstance(value, (tuple, list, dict)) and len(value) > budget:
-                known.complete = False  # (a list of a million token ids is not walked)
+                self.complete = False  # (a list of a million token ids is not walked)
                 continue
             try:
                 items = _held_by(value)
             except Exception:  # noqa: BLE001 - an attribute that raises: not walked
-                known.complete = False
+                self.complete = False
                 continue
             if items and depth >= _DEPTH:
-                known.complete = False
+                self.complete = False
                 continue
             budget -= len(items)
             for key, inner in items:
-                known._add(f"{name}{key}", inner, depth + 1, queue)
-        for name, value in sorted(getattr(fn, "__globals__", {}).items()):
-            known.shared.setdefault(id(value), f"global {name}")
-        return known
+                self._add(f"{name}{key}", inner, depth + 1, queue)
 
     def _add(self, name: str, value, depth: int, queue) -> None:
         if isinstance(value, _VALUES) or id(value) in self.names:
@@ -181,10 +197,14 @@ def _unmatched(why: str) -> str:
 
 def _held_by(value) -> list[tuple[str, object]]:
     """What an object holds, for the walk of the arguments: a module's tensors (`.name`),
-    or `_elements`."""
+    or `_elements`. A logger or handler holds nothing to walk: it reaches the process's
+    whole logging configuration (every library's loggers), which `process.settings`
+    compares."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.nn.Module):
         return [(f".{name}", tensor) for name, tensor in _module_tensors(value)]
+    if isinstance(value, (logging.Logger, logging.Handler, logging.Manager)):
+        return []
     return _elements(value) or []
 
 

@@ -38,7 +38,7 @@ from typing import TypedDict
 from fastci.runner.prune.budget import Deadline
 from fastci.runner.prune.identity import held, holding, identity, tensor_attributes
 from fastci.runner.prune.settle import SKIPPED, Settled
-from fastci.runner.prune.state import Digester, differing, own_globals
+from fastci.runner.prune.state import Digester, differing, own_globals, own_objects
 
 UPSTREAM_SEED = 20261129
 FLUSH_MARGIN = 0.2  # seconds before a deadline past which the last launches are not written
@@ -311,19 +311,21 @@ def _replay(path: str, root: str, timing: dict) -> tuple[dict, dict]:
     _check_code(module, root)
     _check_state(saved.get("state"), root)
     _restore(saved)
-    before = held(args, kwargs)
+    before = held(args, kwargs, _shared(saved.get("state")))
     out, said = _call(saved, root, lambda: module(*args, **kwargs))
+    shared = _shared(saved.get("state"))
     # The module whole after the call, past its state dict: what a forward leaves on it
     # (a count, a cache, `training`, a non-persistent buffer, a submodule it swapped), and
     # the arguments and the output whole (a set, an array, a generator's state), as a
     # function's are.
     prints = {**said, **fingerprints(out, "out"),
-              "out.is": {"repr": identity(out, args, kwargs, type(module).forward, module)},
+              "out.is": {"repr": identity(out, args, kwargs, type(module).forward, module,
+                                          shared)},
               **fingerprints(module.state_dict(), "state"),
               **fingerprints(tensor_attributes(module), "attr"),
               **fingerprints((args, kwargs), "args"),
               **_exact("out", out), **_exact("module", module), **_exact("args", (args, kwargs)),
-              "args.is": {"repr": holding(args, kwargs, before)},
+              "args.is": {"repr": holding(args, kwargs, before, shared)},
               **_globals_after(saved.get("state"), root),
               "rng": tensor_leaf(torch.get_rng_state()), **_other_rngs()}
     kept = {**tensors(out, "out"), **tensors(module.state_dict(), "state")}
@@ -694,13 +696,14 @@ def _replay_function(saved: dict, root: str) -> tuple[dict, dict]:
     _check_function(fn, root)
     _check_state(saved.get("state"), root)
     _restore(saved)
-    before = held(args, kwargs)
+    before = held(args, kwargs, _shared(saved.get("state")))
     out, said = _call(saved, root, lambda: fn(*args, **kwargs))
+    shared = _shared(saved.get("state"))
     prints = {**said, **bounded_fingerprints(out, "out"),
               **bounded_fingerprints((args, kwargs), "args"),
               **_exact("out", out), **_exact("args", (args, kwargs)),
-              "out.is": {"repr": identity(out, args, kwargs, inspect.unwrap(fn))},
-              "args.is": {"repr": holding(args, kwargs, before)},
+              "out.is": {"repr": identity(out, args, kwargs, inspect.unwrap(fn), shared=shared)},
+              "args.is": {"repr": holding(args, kwargs, before, shared)},
               **_globals_after(saved.get("state"), root),
               "rng": tensor_leaf(torch.get_rng_state()), **_other_rngs()}
     kept = tensors(out, "out")
@@ -767,6 +770,15 @@ def _globals_after(recorded: dict | None, root: str) -> dict:
         for key, digest in sorted(own_globals(digester, module, names).items()):
             out[f"globals.{name}.{key}"] = {"repr": str(digest)}
     return out
+
+
+def _shared(recorded: dict | None) -> list[tuple[str, object]]:
+    """What every recorded module holds (`own_objects`), by `module.name`: where a replayed
+    call's result, or what it left in its arguments, may come from besides the arguments."""
+    return [(f"{name}.{key}", value)
+            for name, (_path, names) in sorted((recorded or {}).items())
+            if name in sys.modules
+            for key, value in own_objects(sys.modules[name], names)]
 
 
 _EFFECTS = {"subprocess.Popen": "started a child", "os.system": "ran a shell command",

@@ -315,12 +315,46 @@ def own_globals(digester: Digester, module: ModuleType,
     recording that launched before the call, a replay that did not). A name the recording
     digested is kept (`recorded`): the module's own, under a name the interpreter has too."""
     now = digester.module(module)
+    injected = _injected(module, recorded or {})
+    return {k: v for k, v in now.items() if k not in injected}
+
+
+def own_objects(module: ModuleType, recorded: dict[str, str] | None = None
+                ) -> list[tuple[str, object]]:
+    """What a module holds that a call may hand out or keep, by name: its own globals (the
+    names `own_globals` digests) and the data its own classes hold (`Cls.BASE`, nested
+    classes' too), for `identity` to name a returned view of a module's tensor, or a
+    config's inner dict, by where it lives."""
+    injected = _injected(module, recorded or {})
+    own = getattr(module, "__name__", "")
+    out: list[tuple[str, object]] = []
+    classes = []
+    for key, value in sorted(vars(module).items(), key=operator.itemgetter(0)):
+        if key in injected or key.startswith("__") and key.endswith("__") \
+                or isinstance(value, ModuleType):
+            continue
+        out.append((key, value))
+        if isinstance(value, type) and value.__module__ == own:
+            classes.append((key, value, 0))
+    while classes:
+        path, cls, depth = classes.pop()
+        for key, value in vars(cls).items():
+            if key.startswith("__") and key.endswith("__") or not _data(value):
+                continue
+            out.append((f"{path}.{key}", value))
+            if isinstance(value, type) and value.__module__ == own and depth < MAX_DEPTH:
+                classes.append((f"{path}.{key}", value, depth + 1))
+    return out
+
+
+def _injected(module: ModuleType, recorded: dict[str, str]) -> set[str]:
+    """The names Triton's interpreter copied into the module (`own_globals`)."""
     interpreter = sys.modules.get("triton.runtime.interpreter")
     if interpreter is None:
-        return now
-    theirs, mine, recorded = vars(interpreter), vars(module), recorded or {}
-    return {k: v for k, v in now.items()
-            if k in recorded or k not in theirs or mine.get(k) is not theirs[k]}
+        return set()
+    theirs = vars(interpreter)
+    return {k for k, v in vars(module).items()
+            if k not in recorded and k in theirs and v is theirs[k]}
 
 
 def _tensor_digest(torch, value) -> str:
@@ -332,4 +366,4 @@ def _tensor_digest(torch, value) -> str:
     return hashlib.blake2b(raw, digest_size=12).hexdigest()
 
 
-__all__ = ["Digester", "differing", "own_globals"]
+__all__ = ["Digester", "differing", "own_globals", "own_objects"]

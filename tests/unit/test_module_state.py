@@ -236,3 +236,38 @@ def test_globals_after_a_call_leave_out_what_the_interpreter_copied_in(monkeypat
         ["globals.pkg.kernels.SCALE"]
     kernels.ASTTransformer = "the module's own"  # not the interpreter's object: compared
     assert "globals.pkg.kernels.ASTTransformer" in replay._globals_after(recorded, "/nowhere")
+
+
+def test_what_a_module_holds_is_named_for_identity(monkeypatch):
+    """`own_objects`: the globals a returned object or a kept argument may be, by name, and
+    the data its own classes hold (nested classes' too), not its code, not other modules,
+    and not what Triton's interpreter copied in."""
+    import sys
+
+    from fastci.runner.prune.state import own_objects
+
+    interpreter = types.ModuleType("triton.runtime.interpreter")
+    interpreter.GridExecutor = type("GridExecutor", (), {})
+    monkeypatch.setitem(sys.modules, "triton.runtime.interpreter", interpreter)
+    table = [1.0, 2.0]
+
+    class Scales:
+        BASE = table
+
+        class Inner:
+            LIMITS = {"max": 3}
+
+        def method(self):
+            return self.BASE
+
+        @property
+        def doubled(self):
+            return 2
+
+    Scales.__module__ = Scales.Inner.__module__ = "pkg.tables"
+    tables = module("pkg.tables", TABLE=table, Scales=Scales, abc=abc, helper=helper,
+                    GridExecutor=interpreter.GridExecutor)
+    named = dict(own_objects(tables))
+    assert set(named) == {"TABLE", "Scales", "Scales.BASE", "Scales.Inner",
+                          "Scales.Inner.LIMITS", "helper"}
+    assert named["Scales.BASE"] is table and named["Scales.Inner.LIMITS"] == {"max": 3}
