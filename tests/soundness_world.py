@@ -31,10 +31,27 @@ def recorded_once(name: str, files: dict[str, str], prefix: str = ""):
     return recorded, repo
 
 
+def copied_once(files: dict[str, str], passed: int):
+    """Fixtures `recorded` (the repository's folder, recorded once for the module, all
+    `passed` tests passing) and `lib` (a copy of it, evidence and all, for one test to
+    change): pruning writes what it carries into the store, which undoing edits would not
+    undo."""
+
+    @pytest.fixture(scope="module", name="recorded")
+    def recorded(tmp_path_factory):
+        return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", files, passed)
+
+    @pytest.fixture(name="lib")
+    def lib(recorded, tmp_path) -> Project:
+        return Project.copied(recorded, tmp_path / "repo")
+
+    return recorded, lib
+
+
 def failing(project: Project, *paths: str) -> set[str]:
     """The tests (of `paths`, or all) that fail at the working tree: the escape is real."""
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider",
-                           *paths], cwd=project.root, capture_output=True, text=True)
+                           *paths], cwd=project.root, capture_output=True, text=True, timeout=600)
     return {line.split()[1] for line in proc.stdout.splitlines() if line.startswith("FAILED ")}
 
 

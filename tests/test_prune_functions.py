@@ -8,11 +8,8 @@ escape.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
-from conftest import Project
+from soundness_world import copied_once, failing
 
 LIB = {
     "lib/__init__.py": "",
@@ -407,14 +404,7 @@ def node(name: str, file: str = "test_sched") -> str:
     return name if "::" in name else f"tests/{file}.py::test_{name}"
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=31)
-
-
-@pytest.fixture
-def lib(recorded, tmp_path) -> Project:
-    return Project.copied(recorded, tmp_path / "repo")
+recorded, lib = copied_once(LIB, passed=31)
 
 
 PRUNED = {
@@ -623,7 +613,5 @@ def test_function_changes_pruning_cannot_prove_equal_keep_their_tests(lib, cases
         test = tests[node(name)]
         assert test["decision"] == "selected", (case, test)
         assert why in test.get("not_pruned", ""), (case, test)
-    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          *(node(name) for *_, name, _ in cases.values())],
-                         cwd=lib.root, capture_output=True, text=True, timeout=300)
-    assert f"{len(cases)} failed" in ran.stdout, ran.stdout[-3000:]
+    nodes = {node(name) for *_, name, _ in cases.values()}
+    assert failing(lib, *nodes) == nodes

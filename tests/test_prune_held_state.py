@@ -14,11 +14,8 @@ the calls a later test made find the state a fresh process holds.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
-from conftest import Project
+from soundness_world import copied_once, failing
 
 LIB = {
     "lib/__init__.py": "",
@@ -163,14 +160,7 @@ def node(name: str) -> str:
     return f"tests/test_meters.py::test_{name}"
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=7)
-
-
-@pytest.fixture
-def lib(recorded, tmp_path) -> Project:
-    return Project.copied(recorded, tmp_path / "repo")
+recorded, lib = copied_once(LIB, passed=7)
 
 
 KEPT = {
@@ -221,10 +211,8 @@ def test_every_change_here_fails_its_test(lib):
     it set, so they fail alike run together; one pytest run proves all)."""
     for old, new, _, _ in KEPT.values():
         lib.edit("lib/meters.py", old, new)
-    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          *(node(name) for _, _, name, _ in KEPT.values())],
-                         cwd=lib.root, capture_output=True, text=True, timeout=300)
-    assert f"{len(KEPT)} failed" in ran.stdout, ran.stdout[-3000:]
+    nodes = {node(name) for _, _, name, _ in KEPT.values()}
+    assert failing(lib, *nodes) == nodes
 
 
 def test_an_equal_write_through_the_class_is_pruned(lib):

@@ -11,11 +11,8 @@ described less would let the failure escape.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-import pytest
 from conftest import Project
+from soundness_world import copied_once, failing
 
 LIB = {
     "lib/__init__.py": "",
@@ -136,14 +133,7 @@ def node(name: str) -> str:
     return f"tests/test_tables.py::test_{name}"
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    return Project.recorded_once(tmp_path_factory.mktemp("base") / "repo", LIB, passed=6)
-
-
-@pytest.fixture
-def lib(recorded, tmp_path) -> Project:
-    return Project.copied(recorded, tmp_path / "repo")
+recorded, lib = copied_once(LIB, passed=6)
 
 
 def test_sharing_what_a_module_holds_keeps_the_test(lib):
@@ -154,10 +144,8 @@ def test_sharing_what_a_module_holds_keeps_the_test(lib):
              for case, (_, _, _, name) in SHARED.items()
              if tests[node(name)]["decision"] != "selected"}
     assert not wrong, wrong
-    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          *(node(name) for _, _, _, name in SHARED.values())],
-                         cwd=lib.root, capture_output=True, text=True, timeout=300)
-    assert f"{len(SHARED)} failed" in ran.stdout, ran.stdout[-3000:]
+    nodes = {node(name) for _, _, _, name in SHARED.values()}
+    assert failing(lib, *nodes) == nodes
 
 
 def test_copies_made_by_other_code_are_pruned(lib):
