@@ -52,14 +52,15 @@ class Block:
     registers: bool = False  # a decorator FastCI does not know may keep it (a registry)
 
 
-PARSER_VERSION = 6
+PARSER_VERSION = 7
 """What `parse_blocks` computes for a source: stores keep inventories by blob, so bump it
 whenever the same source parses to other blocks or lines, and older ones are parsed again.
 2: a function whose body is a docstring alone owns its first line (a call is reported there).
 3: a block's decorators have a digest of their own.
 4: so has its docstring, and `obj.__doc__` is read as ".__doc__" (DOC_ATTRIBUTE).
 5: so is a call of a helper that reads a docstring for its caller (DOC_READERS).
-6: a block knows whether a decorator may have registered it (`registers`)."""
+6: a block knows whether a decorator may have registered it (`registers`).
+7: a class statement reads its bases and keywords; more decorators count as wrappers."""
 
 
 @dataclass(frozen=True)
@@ -275,7 +276,11 @@ def _statement(stmt: ast.stmt) -> Statement:
             reads=tuple(a.name for a in stmt.names), kind="import")
     if isinstance(stmt, _DEFS):
         digest = _digest(_dump(_stub(stmt)))
-        reads: set[str] = set()
+        # A class statement reads its bases and keywords (a metaclass): a subclass holds
+        # what a changed base holds (a dataclass field's default, a mixin's new method).
+        reads: set[str] = _reads([ast.Expr(value=node) for node in (
+            *stmt.bases, *(k.value for k in stmt.keywords))])[0] \
+            if isinstance(stmt, ast.ClassDef) else set()
     else:
         normal = _without_defs(stmt)
         digest = _digest(_dump(normal))
@@ -307,6 +312,9 @@ TRANSPARENT_DECORATORS = frozenset({
     "dataclass_transform", "override", "staticmethod", "classmethod", "property",
     "cached_property", "abstractmethod", "wraps", "contextmanager", "asynccontextmanager",
     "singledispatchmethod", "no_type_check", "overload",
+    # wrappers that keep the function nowhere a name does not reach
+    "no_grad", "inference_mode", "enable_grad", "lru_cache", "cache", "jit", "autotune",
+    "heuristics", "compile", "custom_fwd", "custom_bwd",
 })
 
 

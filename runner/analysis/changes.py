@@ -16,7 +16,9 @@ from fastci.runner.analysis.blocks import DOC_ATTRIBUTE, MODULE, Block, FileBloc
 from fastci.runner.analysis.statements import FunctionChange, function_changes
 
 # Files that change what every test runs under.
-PYTEST_CONFIG = ("pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml")
+# pytest 9 reads pytest.toml and .pytest.toml ([pytest] table) and .pytest.ini too.
+PYTEST_CONFIG = ("pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini",
+                 "setup.cfg", "pyproject.toml")
 ALWAYS_EVERYTHING_NAMES = ("sitecustomize.py", "usercustomize.py")
 NATIVE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".cu", ".cuh", ".pyx",
                    ".pxd", ".pxi", ".so", ".pyd", ".pth", ".cmake")
@@ -190,6 +192,7 @@ class _Found:
     added_methods: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
     by_path: dict[str, set[str]] = field(default_factory=dict)
     broad_classes: set[tuple[str, str]] = field(default_factory=set)
+    subclass_hooks: bool | None = None  # does a repository class define __init_subclass__?
 
     def add(self, change: FileChange, old_inv: Mapping[str, FileBlocks],
             new_inv: Mapping[str, FileBlocks]) -> None:
@@ -213,6 +216,10 @@ class _Found:
             return
         if new_fb is None:  # no longer parses: the selection treats it on its own rule
             return
+        if self.subclass_hooks is None:
+            self.subclass_hooks = any(
+                b.qualname.endswith(".__init_subclass__")
+                for inv in (old_inv, new_inv) for fb in inv.values() for b in fb.blocks)
         self._compare(change.path, old_fb, new_fb)
 
     def _old_file_gone(self, change: FileChange, old_fb: FileBlocks | None) -> None:
@@ -256,6 +263,13 @@ class _Found:
                 self._body_changed(path, qualname, kind, before, after)
             elif before is not None and after is not None:
                 self._header_changed(path, qualname, before, after)
+            elif any(b is not None and b.registers for b in (before, after)) \
+                    and not _nested(qualname, old_blocks, new_blocks):
+                # `@register("sgd")` on a new function may take an existing key; removed,
+                # it no longer fills it: the registry reaches it by no name.
+                self.unresolved.setdefault(path, f"{qualname} was {status}, with a decorator "
+                                                 "that may register it (it runs as the "
+                                                 "module is imported)")
 
     def _header_changed(self, path: str, qualname: str, before: Block, after: Block) -> None:
         """What a def statement evaluates in its parent changed. Its decorators run as the
@@ -280,7 +294,21 @@ class _Found:
             in_module.add(qualname.split(".", 1)[0])
         elif kind == "module":
             in_module.update(d for s in changed_statements for d in s.defines)
+        if kind == "class" and before is not None and after is not None \
+                and not after.inherits and any(st.kind == "def" for st in changed_statements):
+            # A method added to (or removed from) a class without bases overrides nothing in
+            # it, but the class may be a mixin ahead of another base (`class TinyLM(SizeMixin,
+            # nn.Module)` gaining `train`): its subclasses, through its name, are changed.
+            self.names.add(short)
         if kind == "class" and _class_change_is_broad(before, after, changed_statements):
+            if (before is None or after is None) and self.subclass_hooks \
+                    and any(b is not None and b.inherits for b in (before, after)):
+                # A base's __init_subclass__ may register it under a key another class held
+                # (a registry of models by `arch`), or drop it from one.
+                self.unresolved.setdefault(path, f"class {short} was "
+                                                 f"{'added' if before is None else 'removed'}, "
+                                                 "and a base's __init_subclass__ may "
+                                                 "register it")
             if any(b is not None and b.registers for b in (before, after)):
                 # A registry its decorator filled reaches it without its name, and an
                 # Enum or a class of constants runs no line a test could be credited with.
@@ -302,6 +330,18 @@ class _Found:
                 self.local.setdefault(path, set()).update(statement.defines)
             else:
                 self.names.update(statement.defines)
+
+
+def _nested(qualname: str, *inventories: Mapping[str, Block]) -> bool:
+    """A def inside a function: its decorators run when the function runs (the function's
+    own change), not as the module is imported."""
+    parent = qualname.rpartition(".")[0]
+    while parent:
+        for blocks in inventories:
+            if parent in blocks:
+                return blocks[parent].kind == "function"
+        parent = parent.rpartition(".")[0]
+    return False
 
 
 def _class_change_is_broad(before: Block | None, after: Block | None, changed) -> bool:
@@ -350,7 +390,9 @@ def _propagate(names: set[str], local: dict[str, set[str]], unresolved: dict[str
         for path, block in bodies:
             visible = names | local.get(path, set())
             for statement in block.statements:
-                if statement.kind == "def" or not visible.intersection(statement.reads):
+                # (a def statement reads nothing; a class statement, its bases: a subclass
+                # of a changed class is a changed name too)
+                if not visible.intersection(statement.reads):
                     continue
                 if statement.kind == "other":
                     if path not in unresolved:
@@ -401,7 +443,8 @@ def is_native(path: str) -> bool:
 
 
 def is_pytest_config(path: str) -> bool:
-    return path in PYTEST_CONFIG or path.rsplit("/", 1)[-1] == "pytest.ini"
+    return path in PYTEST_CONFIG or path.rsplit("/", 1)[-1] in (
+        "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml")
 
 
 __all__ = ["ChangeSet", "FileChange", "FunctionChange", "Sources", "analyse", "blocks_reading",

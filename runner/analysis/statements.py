@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import re
 import symtable
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -49,7 +50,11 @@ MUTATORS = frozenset({
     "add", "discard", "sort", "reverse", "write", "writelines", "put", "put_nowait", "send",
     "appendleft", "extendleft", "rotate", "fill", "resize", "cache_clear", "seed",
     "manual_seed", "use_deterministic_algorithms", "__setitem__", "__delitem__",
-    "__setattr__", "__delattr__"})
+    "__setattr__", "__delattr__", "basicConfig", "simplefilter", "filterwarnings",
+    "resetwarnings", "setrecursionlimit"})
+# The standard library's camelCase setters on shared objects (`logger.setLevel`,
+# `addHandler`, `addFilter`, `setFormatter`, `removeHandler`).
+_CAMEL_SETTER = re.compile(r"(set|add|remove)[A-Z]")
 # Builtins that write by name, or run code that may.
 WRITES_BY_NAME = frozenset({"setattr", "delattr", "globals", "vars", "exec", "eval"})
 # Methods whose `self` is the object being built: writing into it is the call's result.
@@ -416,7 +421,8 @@ def _mutating_call(call: ast.Call, fresh: set[str], builder: str | None,
     if isinstance(func, ast.Attribute):
         name = func.attr
         in_place = name.endswith("_") and not name.startswith("_")  # torch's in-place ops
-        mutates = name in MUTATORS or name.startswith(("set_", "register")) or in_place
+        mutates = name in MUTATORS or name.startswith(("set_", "register")) or in_place \
+            or _CAMEL_SETTER.match(name) is not None
         if in_place and name not in MUTATORS and _root_name(func) in imported and _root_name(func) \
                 not in fresh:  # torch.nn.init.normal_(w): a function that writes w
             target = call.args[0] if call.args else None

@@ -313,6 +313,11 @@ class _Rules:
         out: list[str] = []
         if test.failed:
             out.append(f"it {'errored' if test.outcome == 'error' else 'failed'} in the last run")
+        elif test.outcome == "skipped" and not self.changes.empty:
+            # A skipped test ran nothing, so it has no evidence; its skip condition may read
+            # what changed (`skipif(not FUSED_ADAMW)`), and running it costs a skip.
+            out.append("it was skipped in the last run, which leaves no evidence of what its "
+                       "skip condition read")
         own = test_function(test.test_id)
         if own in self.changed_blocks:
             out.append(f"the test's own code changed ({own[0]}::{own[1]})")
@@ -683,7 +688,8 @@ def _reached(inp: SelectionInput, rules: _Rules, index: TestIndex) -> set[int]:
         SPAWNS: lambda: rules.code_or_data_changed,
         NO_FILE_EVENTS: lambda: bool(rules.unwatched_changes),
     }
-    out = {i for i, outcome in enumerate(index.outcomes) if outcome in FAILED}
+    out = {i for i, outcome in enumerate(index.outcomes)  # (`_own_reasons`)
+           if outcome in FAILED or outcome == "skipped" and not changes.empty}
     for kind, names_change in changed.items():
         for parts, ords in index.keys(kind).items():
             if names_change(*parts):

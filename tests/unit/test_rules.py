@@ -304,6 +304,16 @@ def test_a_test_that_passed_or_skipped_last_time_is_not_selected_for_it():
     assert selected(select_after(OLD, tests)) == set()
 
 
+def test_a_skipped_test_is_selected_by_any_change():
+    """It ran nothing, so its evidence cannot say its skip condition did not change."""
+    tests = evidence()
+    rid = "tests/test_norms.py::test_l1"
+    tests[rid] = replace(tests[rid], outcome="skipped")
+    selection = select_after({**OLD, "configs/small.cfg": "width = 16\n"}, tests)
+    assert rid in selected(selection)
+    assert reasons(selection, rid)[0].startswith("it was skipped in the last run")
+
+
 def test_a_changed_data_file_selects_the_tests_that_read_it():
     new = {**OLD, "configs/small.cfg": "width = 16\n"}
     selection = select_after(new)
