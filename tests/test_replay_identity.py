@@ -238,3 +238,39 @@ def test_a_logger_is_not_walked_into_the_logging_configuration():
     log = logging.getLogger("lib.train")
     out = identity(torch.zeros(1), (), {}, None, shared=[("lib.log", log)])
     assert out == "a new object"
+
+
+class Rope:
+    def __init__(self):
+        self.cos = torch.ones(4)
+
+    def __call__(self, n):
+        return self.cos[:n]
+
+
+class Slotted:
+    __slots__ = ("k",)
+
+    def __init__(self):
+        self.k = torch.zeros(4)
+
+
+def test_callable_slotted_and_queued_objects_are_walked():
+    rope, slotted = Rope(), Slotted()
+    assert _of(lambda r: r.cos[:2], rope).startswith("a view of args[0].cos ")
+    assert _of(lambda s: s.k[:2], slotted).startswith("a view of args[0].k ")
+    history = __import__("collections").deque([{"loss": 1.0}])
+    assert _of(lambda h: h[-1], history) == "args[0][0]"
+    weights = torch.ones(3)
+    kept = _of(lambda w: __import__("functools").partial(torch.mul, w), weights)
+    copied = _of(lambda w: __import__("functools").partial(torch.mul, w.clone()), weights)
+    assert "args[0]" in kept and kept != copied
+
+
+def test_a_module_s_plain_attributes_are_places():
+    block = torch.nn.Linear(2, 2)
+    block.config = {"eps": 1e-5}
+    block.kv = [torch.zeros(4)]
+    assert _of(lambda m: m.config, block) == "args[0].config"
+    assert _of(lambda m: m.kv[0][:2], block).startswith("a view of args[0].kv[0] ")
+    assert _of(lambda m: dict(m.config), block) == "a new dict ()"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import itertools
 import logging
 import os
@@ -27,7 +28,8 @@ _COMPARISONS = 1 << 22  # memory ranges a description looks a view up in, at mos
 _UNMATCHED = itertools.count()
 
 
-def identity(out, args, kwargs, fn, module=None, shared=()) -> str:
+def identity(out, args, kwargs, fn, module=None, shared=(), known: _Known | None = None
+             ) -> str:
     """Which object the call returned, beside its value: an argument itself or anything
     reached through one (an element of its list, tuple or dict, a field or attribute, a
     module's parameter, buffer or tensor attribute), a view of the memory of a tensor or
@@ -39,8 +41,13 @@ def identity(out, args, kwargs, fn, module=None, shared=()) -> str:
     returned tuple, list, dict, dataclass or plain object (torch's pure-Python ones too, an
     optimizer, a dataset) is described by what it holds, so a view inside a tuple (or kept
     in an output object's attribute) counts as one too. Immutable scalars have no identity
-    worth comparing."""
-    return _identity_of(out, _Known.of(args, kwargs, module, fn, shared), [ELEMENTS], [])
+    worth comparing. `known`: what `held` found after the call, when the caller has it (one
+    walk for this and `holding`)."""
+    if known is None:
+        known = _Known.of(args, kwargs, module, fn, shared)
+    else:
+        known.name_globals(fn)
+    return _identity_of(out, known, [ELEMENTS], [])
 
 
 def held(args, kwargs, shared=()) -> _Known:
@@ -49,7 +56,7 @@ def held(args, kwargs, shared=()) -> _Known:
     return _Known.of(args, kwargs, None, None, shared)
 
 
-def holding(args, kwargs, before: _Known, shared=()) -> str:
+def holding(args, kwargs, before: _Known, shared=(), after: _Known | None = None) -> str:
     """Which object each place reached through the arguments and the modules' globals holds
     after the call, named by where it was before the call, or new: new code that puts an
     equal copy where the old kept the object (`self.model = copy.deepcopy(self.model)`, a
@@ -57,7 +64,8 @@ def holding(args, kwargs, before: _Known, shared=()) -> str:
     defaults) compares equal by value, yet the test's own reference no longer sees what is
     done to the other. The places that hold what they held are counted, not listed: the
     modules' globals are many."""
-    after = held(args, kwargs, shared)
+    if after is None:
+        after = held(args, kwargs, shared)
     places = sorted((path, before.names.get(key, "new")) for key, path in after.names.items())
     moved = [f"{path}={was}" for path, was in places if path != was]
     if not after.complete:  # a place past the walk may hold a copy: nothing proved
@@ -97,9 +105,13 @@ class _Known:
         for name, value in shared:
             known._add(f"global {name}", value, 0, queue)
         known._walk(queue)
-        for name, value in sorted(getattr(fn, "__globals__", {}).items()):
-            known.shared.setdefault(id(value), f"global {name}")
+        known.name_globals(fn)
         return known
+
+    def name_globals(self, fn) -> None:
+        """The function's globals by their names (a shared config it returns)."""
+        for name, value in sorted(getattr(fn, "__globals__", {}).items()):
+            self.shared.setdefault(id(value), f"global {name}")
 
     def _walk(self, queue: collections.deque) -> None:
         """Breadth first through what the queued objects hold, ELEMENTS at most."""
@@ -196,16 +208,31 @@ def _unmatched(why: str) -> str:
 
 
 def _held_by(value) -> list[tuple[str, object]]:
-    """What an object holds, for the walk of the arguments: a module's tensors (`.name`),
+    """What an object holds, for the walk of the arguments: a module's tensors and the
+    plain attributes of it and its submodules (`.config`, a list of cached keys: `.name`),
     or `_elements`. A logger or handler holds nothing to walk: it reaches the process's
     whole logging configuration (every library's loggers), which `process.settings`
     compares."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.nn.Module):
-        return [(f".{name}", tensor) for name, tensor in _module_tensors(value)]
+        return [(f".{name}", tensor) for name, tensor in _module_tensors(value)] + \
+            [(f".{name}", held) for name, held in _module_attributes(value, torch)]
     if isinstance(value, (logging.Logger, logging.Handler, logging.Manager)):
         return []
     return _elements(value) or []
+
+
+def _module_attributes(module, torch) -> list[tuple[str, object]]:
+    """The plain attributes of a module and its submodules (not its parameters, buffers,
+    submodules, hooks or flags, which torch keeps under underscored names)."""
+    out = []
+    for name, sub in module.named_modules(remove_duplicate=False):
+        for key, value in vars(sub).items():
+            if key.startswith("_") or key == "training" or isinstance(
+                    value, (torch.Tensor, torch.nn.Module)) or isinstance(value, _VALUES):
+                continue
+            out.append((f"{name}.{key}" if name else key, value))
+    return out
 
 
 def _module_tensors(module) -> list[tuple[str, object]]:
@@ -223,21 +250,54 @@ def _elements(out) -> list[tuple[str, object]] | None:
     None for an object whose identity is its own: a tensor or a numpy array (its memory
     is compared), a module (its parameters are), a class, a function, or an object
     written in C."""
-    if isinstance(out, (tuple, list)):
+    if isinstance(out, (tuple, list, collections.deque)):
         return [(f"[{i}]", value) for i, value in enumerate(out)]
     if isinstance(out, dict):  # (a frozenset's repr has its hash order: not a path)
         return [(f"[{key!r}]" if isinstance(key, _VALUES) and not isinstance(key, frozenset)
                  else f"[<{type(key).__name__} {i}>]", value)
                 for i, (key, value) in enumerate(out.items())]
-    if isinstance(out, type) or callable(out) or isinstance(out, types.ModuleType) \
-            or _memory(out) is not None or _array_type(type(out)):
+    if isinstance(out, functools.partial):  # what it will call, and with what
+        return [(".func", out.func), (".args", out.args), (".keywords", out.keywords)]
+    if isinstance(out, _OPAQUE) or _is_module(out) or _memory(out) is not None \
+            or _array_type(type(out)):
         return None
     if dataclasses.is_dataclass(out):
         return [(f".{f.name}", getattr(out, f.name, None)) for f in dataclasses.fields(out)]
-    attributes = getattr(out, "__dict__", None)
-    if not isinstance(attributes, dict):
+    attributes = _attributes(out)
+    if attributes is None:
         return None
     return [(f".{name}", value) for name, value in attributes.items()]
+
+
+# Objects whose identity is their own: code, classes and modules (a callable instance, a
+# rotary cache or a tokenizer with `__call__`, is read like any other object).
+_OPAQUE = (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+           types.BuiltinMethodType, types.ModuleType, types.WrapperDescriptorType,
+           types.MethodWrapperType, types.MethodDescriptorType)
+
+
+def _is_module(value) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.nn.Module)
+
+
+def _attributes(value) -> dict | None:
+    """An instance's attributes, `__dict__` and `__slots__` (a KV cache with slots); None
+    for an object with neither (written in C)."""
+    found = getattr(value, "__dict__", None)
+    found = dict(found) if isinstance(found, dict) else None
+    for klass in type(value).__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            if slot in ("__dict__", "__weakref__") or found is not None and slot in found:
+                continue
+            try:
+                held = object.__getattribute__(value, slot)
+            except AttributeError:  # a slot never set
+                continue
+            found = {} if found is None else found
+            found[slot] = held
+    return found
 
 
 def _array_type(cls: type) -> bool:

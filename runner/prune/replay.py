@@ -311,21 +311,21 @@ def _replay(path: str, root: str, timing: dict) -> tuple[dict, dict]:
     _check_code(module, root)
     _check_state(saved.get("state"), root)
     _restore(saved)
-    before = held(args, kwargs, _shared(saved.get("state")))
+    # (the module first: `self.past = x` where the old code kept a copy)
+    before = held(args, kwargs, [("module", module), *_shared(saved.get("state"))])
     out, said = _call(saved, root, lambda: module(*args, **kwargs))
-    shared = _shared(saved.get("state"))
+    after = held(args, kwargs, [("module", module), *_shared(saved.get("state"))])
     # The module whole after the call, past its state dict: what a forward leaves on it
     # (a count, a cache, `training`, a non-persistent buffer, a submodule it swapped), and
     # the arguments and the output whole (a set, an array, a generator's state), as a
     # function's are.
     prints = {**said, **fingerprints(out, "out"),
-              "out.is": {"repr": identity(out, args, kwargs, type(module).forward, module,
-                                          shared)},
+              "out.is": {"repr": identity(out, args, kwargs, type(module).forward, known=after)},
               **fingerprints(module.state_dict(), "state"),
               **fingerprints(tensor_attributes(module), "attr"),
               **fingerprints((args, kwargs), "args"),
               **_exact("out", out), **_exact("module", module), **_exact("args", (args, kwargs)),
-              "args.is": {"repr": holding(args, kwargs, before, shared)},
+              "args.is": {"repr": holding(args, kwargs, before, after=after)},
               **_globals_after(saved.get("state"), root),
               "rng": tensor_leaf(torch.get_rng_state()), **_other_rngs()}
     kept = {**tensors(out, "out"), **tensors(module.state_dict(), "state")}
@@ -698,12 +698,12 @@ def _replay_function(saved: dict, root: str) -> tuple[dict, dict]:
     _restore(saved)
     before = held(args, kwargs, _shared(saved.get("state")))
     out, said = _call(saved, root, lambda: fn(*args, **kwargs))
-    shared = _shared(saved.get("state"))
+    after = held(args, kwargs, _shared(saved.get("state")))
     prints = {**said, **bounded_fingerprints(out, "out"),
               **bounded_fingerprints((args, kwargs), "args"),
               **_exact("out", out), **_exact("args", (args, kwargs)),
-              "out.is": {"repr": identity(out, args, kwargs, inspect.unwrap(fn), shared=shared)},
-              "args.is": {"repr": holding(args, kwargs, before, shared)},
+              "out.is": {"repr": identity(out, args, kwargs, inspect.unwrap(fn), known=after)},
+              "args.is": {"repr": holding(args, kwargs, before, after=after)},
               **_globals_after(saved.get("state"), root),
               "rng": tensor_leaf(torch.get_rng_state()), **_other_rngs()}
     kept = tensors(out, "out")
