@@ -259,7 +259,9 @@ def _elements(out) -> list[tuple[str, object]] | None:
     if isinstance(out, functools.partial):  # what it will call, and with what
         return [(".func", out.func), (".args", out.args), (".keywords", out.keywords)]
     if isinstance(out, _OPAQUE) or _is_module(out) or _memory(out) is not None \
-            or _array_type(type(out)):
+            or _array_type(type(out)) or type(out).__module__.startswith("triton."):
+        # (Triton's objects are kernels and their launchers: code, with caches a call
+        # never hands out; walking a kernel's 244 objects was most of a replay's walk)
         return None
     if dataclasses.is_dataclass(out):
         return [(f".{f.name}", getattr(out, f.name, None)) for f in dataclasses.fields(out)]
