@@ -1,7 +1,8 @@
 """Pruning and objects a replay's identities must walk into: a callable object (a rotary
 cache, a tokenizer with `__call__`), an object with `__slots__`, a deque, a
 `functools.partial` that keeps a tensor, and a module's plain attributes (its config, a list
-of cached keys, a config a call attaches, an input its forward keeps).
+of cached keys, a config a call attaches, an input its forward keeps), and a callable
+object whose model a method replaces with a copy.
 
 An attacker review found each of these pruned while its test failed: the identity walk
 stopped at anything callable, read `__dict__` only, opened tuples, lists and dicts only, and
@@ -18,6 +19,7 @@ LIB = {
     "lib/__init__.py": "",
     "lib/objects.py": '''
         import collections
+        import copy
         import functools
 
         import torch
@@ -97,13 +99,24 @@ LIB = {
 
         def attach_defaults(model):
             model.cfg = dict(DEFAULTS)
+
+
+        class Trainer:
+            def __init__(self, model):
+                self.model = model
+
+            def __call__(self, x):
+                return self.model(x)
+
+            def prepare(self):
+                self.model.train()
     ''',
     "tests/test_objects.py": '''
         import torch
 
-        from lib.objects import (CACHE, DEFAULTS, Block, KVCache, Tokenizer, attach_defaults,
-                                 cached_keys, export_config, keys, latest, make_history,
-                                 make_loss_fn, rope_cos, vocab)
+        from lib.objects import (CACHE, DEFAULTS, Block, KVCache, Tokenizer, Trainer,
+                                 attach_defaults, cached_keys, export_config, keys, latest,
+                                 make_history, make_loss_fn, rope_cos, vocab)
 
 
         def test_rope_cos_is_a_copy():
@@ -162,6 +175,15 @@ LIB = {
             block(buffer)
             buffer.zero_()
             assert block.past.sum() == 8
+
+
+        def test_prepare_keeps_the_model():
+            model = torch.nn.Linear(2, 2)
+            trainer = Trainer(model)
+            trainer.prepare()
+            with torch.no_grad():
+                model.weight.zero_()
+            assert trainer.model.weight.abs().sum() == 0
     ''',
 }
 
@@ -182,6 +204,9 @@ SHARED = {
                                               "attached_defaults_are_a_copy"),
     "an input a forward keeps": ("self.past = x.clone()", "self.past = x",
                                  "the_kept_input_survives_buffer_reuse"),
+    "a callable object's model replaced by a copy": (
+        "self.model.train()\n", "self.model = copy.deepcopy(self.model).train()\n",
+        "prepare_keeps_the_model"),
 }
 
 
@@ -189,7 +214,7 @@ def node(name: str) -> str:
     return f"tests/test_objects.py::test_{name}"
 
 
-recorded, lib = copied_once(LIB, passed=9)
+recorded, lib = copied_once(LIB, passed=10)
 
 
 def test_sharing_what_an_object_holds_keeps_the_test(lib):
