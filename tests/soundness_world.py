@@ -58,6 +58,18 @@ def failing(project: Project, *paths: str) -> set[str]:
 PACKAGE = {"pyproject.toml": "[project]\nname = 'pk'\nversion = '0'\n", "pk/__init__.py": ""}
 """The package every soundness world is: `pk`, installed from the repository's root."""
 
+REGISTRY = '''
+    OPTIMIZERS = {}
+
+
+    def register(name):
+        def add(fn):
+            OPTIMIZERS[name] = fn
+            return fn
+        return add
+'''
+"""A registry a decorator fills as its module is imported (`@register("adam")`)."""
+
 
 def assert_selects(project: Project, victim: str, unrelated: str, why: str | None = None,
                    *paths: str) -> None:

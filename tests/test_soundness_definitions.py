@@ -9,24 +9,15 @@ here fails its test, and FastCI must select it (and still skip a test that ran n
 from __future__ import annotations
 
 import pytest
-from soundness_world import PACKAGE, assert_selects, failing, recorded_once
+from soundness_world import PACKAGE, REGISTRY, assert_selects, failing, recorded_once
 
 DEFINITIONS = {
     **PACKAGE,
-    "pk/registry.py": '''
-        OPTIMIZERS = {}
+    "pk/registry.py": REGISTRY + '''
 
-
-        def register(name):
-            def add(fn):
-                OPTIMIZERS[name] = fn
-                return fn
-            return add
-
-
-        def build_optimizer(name, lr):
-            return OPTIMIZERS[name](lr)
-    ''',
+    def build_optimizer(name, lr):
+        return OPTIMIZERS[name](lr)
+''',
     "pk/optims.py": '''
         from pk.registry import register
 

@@ -8,20 +8,11 @@ must select it, and still skip a test that neither imports the module nor names 
 from __future__ import annotations
 
 import pytest
-from soundness_world import PACKAGE, assert_selects, recorded_once
+from soundness_world import PACKAGE, REGISTRY, assert_selects, recorded_once
 
 HEADERS = {
     **PACKAGE,
-    "pk/registry.py": '''
-        OPTIMIZERS = {}
-
-
-        def register(name):
-            def add(fn):
-                OPTIMIZERS[name] = fn
-                return fn
-            return add
-    ''',
+    "pk/registry.py": REGISTRY,
     "pk/opts.py": '''
         from pk.registry import register
 
